@@ -1,0 +1,414 @@
+/*
+ * burnc — tensor programs compiled at run time.
+ *
+ * Every op call records work into a lazy stream on the tensor's device and returns at once;
+ * reading a tensor (or flush/sync) runs what is pending. A complete program:
+ *
+ *     #include <burnc.h>
+ *     #include <stdio.h>
+ *
+ *     int main(void) {
+ *         burnc_device_t *dev = burnc_device_open(NULL);          // the default device
+ *         if (!dev) { fprintf(stderr, "%s\n", burnc_error_message()); return 1; }
+ *         const int64_t shape[2] = {2, 3};
+ *         const float data[6] = {1, 2, 3, 4, 5, 6};
+ *         burnc_tensor_t *x = burnc_tensor_from_data(dev, BURNC_DTYPE_F32, 2, shape, data);
+ *
+ *         burnc_scope_begin();                    // handles made inside are released at its end
+ *         burnc_tensor_t *y = burnc_sum(burnc_mul_scalar(burnc_exp(x), 2.0), 1, (int[]){1}, false);
+ *         burnc_tensor_keep(y);                   // ... except this one
+ *         burnc_scope_end();
+ *
+ *         float out[2];
+ *         if (burnc_tensor_read(y, out, sizeof out) != BURNC_OK) {   // runs the pending work
+ *             fprintf(stderr, "%s\n", burnc_error_message());
+ *             return 1;
+ *         }
+ *         printf("%g %g\n", out[0], out[1]);
+ *         burnc_tensor_release(y);
+ *         burnc_tensor_release(x);
+ *         burnc_device_release(dev);
+ *         return 0;
+ *     }
+ *
+ * Ownership: every function that returns a handle (device or tensor) returns a reference the
+ * caller owns and must release (or leave to a scope); arguments are borrowed.
+ *
+ * Errors: functions that can fail return burnc_status_t (BURNC_OK is 0); functions that return
+ * a handle return NULL on failure. Either way the calling thread's last error holds the code and
+ * a message naming the op and the values (burnc_error_code, burnc_error_message); it stays until
+ * the next failure or burnc_error_clear(). An op given a NULL tensor returns NULL without
+ * touching the last error, so a chain of calls is checked once, at its end, and reports its first
+ * failure. A failure while running recorded work (out of memory, an index out of range) is
+ * reported by the next burnc_device_sync or burnc_tensor_read of an affected tensor.
+ *
+ * Threads: any thread may record ops and read tensors; each device's stream is locked while an
+ * op is recorded; reference counts are atomic. Scopes and the last error are per thread.
+ *
+ * Dtypes and promotion. Binary ops between two tensors compute in the promoted dtype:
+ *   bool < u8 < i32 < i64 < (f16, bf16) < f32 < f64, where f16 with bf16 gives f32.
+ * A plain C scalar (the _scalar forms, clamp bounds, full values) never widens a tensor's dtype:
+ * the scalar is converted to the tensor's dtype (for integer tensors: truncated toward zero,
+ * saturated to the dtype's range). f16 and bf16 are stored as such (host data: IEEE binary16 and
+ * bfloat16 bit patterns in uint16_t); every op computes in at least f32 and rounds its result
+ * back to the dtype, rounding to nearest, ties to even.
+ * Integer arithmetic wraps (two's complement, u8 modulo 256). Integer division floors (like
+ * Python's //) and remainder takes the sign of the divisor; dividing by zero gives 0 for both.
+ * Integer pow with a negative exponent gives 0 (1 for base 1, +-1 for base -1).
+ * Float-to-integer casts truncate toward zero, saturate at the dtype's bounds, and map NaN to 0;
+ * casts to bool test != 0 (NaN is true). Arithmetic ops refuse bool tensors
+ * (BURNC_ERR_UNSUPPORTED_DTYPE: cast first). Float math functions (exp, sin, ...) given an
+ * integer or bool tensor compute in the device's default float dtype.
+ */
+#ifndef BURNC_H
+#define BURNC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(BURNC_BUILDING)
+#define BURNC_API __attribute__((visibility("default")))
+#else
+#define BURNC_API
+#endif
+
+/* The largest tensor rank. */
+#define BURNC_MAX_RANK 8
+
+/* Status codes. Stable integers: new codes are only ever appended. */
+typedef enum burnc_status {
+    BURNC_OK = 0,
+    BURNC_ERR_INVALID_ARGUMENT = 1,  /* a bad value: NULL handle, bad axis list, bad spec syntax */
+    BURNC_ERR_SHAPE = 2,             /* shapes that do not broadcast or do not fit the op */
+    BURNC_ERR_AXIS = 3,              /* an axis out of range */
+    BURNC_ERR_OVERFLOW = 4,          /* negative dimension, or element/byte count past 2^63 */
+    BURNC_ERR_UNSUPPORTED_DTYPE = 5, /* the op or device does not take this dtype */
+    BURNC_ERR_DEVICE_MISMATCH = 6,   /* tensors of two devices in one op */
+    BURNC_ERR_UNKNOWN_DEVICE = 7,    /* a device spec that names no device kind */
+    BURNC_ERR_UNAVAILABLE = 8,       /* the device's hardware, driver or backend is missing */
+    BURNC_ERR_ALREADY_INITIALIZED = 9, /* configure after the device's first tensor */
+    BURNC_ERR_OUT_OF_MEMORY = 10,
+    BURNC_ERR_BUFFER_TOO_SMALL = 11, /* a read into a host buffer smaller than the tensor */
+    BURNC_ERR_INDEX = 12,            /* an index tensor holds a value out of range (at run time) */
+    BURNC_ERR_COMPILE = 13,          /* a kernel failed to compile (the compiler's log attached) */
+    BURNC_ERR_EXECUTION = 14,        /* a kernel failed while running */
+    BURNC_ERR_DEVICE_LOST = 15,      /* a sticky device error: reopen the device */
+    BURNC_ERR_INTERNAL = 16,         /* a bug in burnc: please report it */
+} burnc_status_t;
+
+typedef enum burnc_dtype {
+    BURNC_DTYPE_DEFAULT = 0, /* where accepted: the device's default float (or int) dtype */
+    BURNC_DTYPE_F32 = 1,
+    BURNC_DTYPE_F64 = 2,
+    BURNC_DTYPE_F16 = 3,
+    BURNC_DTYPE_BF16 = 4,
+    BURNC_DTYPE_I32 = 5,
+    BURNC_DTYPE_I64 = 6,
+    BURNC_DTYPE_U8 = 7,
+    BURNC_DTYPE_BOOL = 8, /* one byte, 0 or 1 */
+} burnc_dtype_t;
+
+/* Device kinds, also used as bit flags to filter burnc_device_enumerate. */
+typedef enum burnc_device_type {
+    BURNC_DEVICE_REF = 1 << 0,    /* plain C loops, one op at a time: the oracle */
+    BURNC_DEVICE_CPU = 1 << 1,    /* LLVM JIT on the host */
+    BURNC_DEVICE_CUDA = 1 << 2,   /* NVIDIA GPUs through the CUDA driver */
+    BURNC_DEVICE_VULKAN = 1 << 3, /* Vulkan compute devices */
+    BURNC_DEVICE_ALL = 0xf,
+} burnc_device_type_t;
+
+typedef struct burnc_device burnc_device_t;
+typedef struct burnc_tensor burnc_tensor_t;
+
+/* ---- Library, errors, logging ------------------------------------------------------------ */
+
+/* The library version, "MAJOR.MINOR.PATCH". */
+BURNC_API const char *burnc_version(void);
+/* The code of the calling thread's last error (BURNC_OK if none since the last clear). */
+BURNC_API burnc_status_t burnc_error_code(void);
+/* The last error's message ("" if none). Valid until this thread's next failing call. */
+BURNC_API const char *burnc_error_message(void);
+/* Forgets the calling thread's last error. */
+BURNC_API void burnc_error_clear(void);
+/* A constant name for a status code ("BURNC_ERR_SHAPE"). */
+BURNC_API const char *burnc_status_name(burnc_status_t status);
+
+/* Log lines go to this callback (topic is "fusion", "codegen", "autotune" or "runtime").
+ * NULL restores the default: stderr, only for topics listed in BURNC_LOG (comma separated,
+ * or "all"). The callback receives every topic; it may be called from any thread. */
+typedef void (*burnc_log_fn)(void *user, const char *topic, const char *message);
+BURNC_API void burnc_log_set_callback(burnc_log_fn fn, void *user);
+
+/* ---- Devices ----------------------------------------------------------------------------- */
+
+/* Opens a device by spec: "ref", "cpu", "cuda", "cuda:N", "vulkan", "vulkan:N",
+ * "vulkan:discrete:N", "vulkan:cpu". NULL or "" opens the default: BURNC_DEVICE if set, else
+ * the first available of cuda, a Vulkan GPU, cpu, ref. Opening the same device twice gives
+ * handles to the same device (they compare equal and share configuration and stream).
+ * Errors: BURNC_ERR_UNKNOWN_DEVICE (no such kind), BURNC_ERR_INVALID_ARGUMENT (bad index
+ * syntax), BURNC_ERR_UNAVAILABLE (hardware, driver or backend missing; the message says which). */
+BURNC_API burnc_device_t *burnc_device_open(const char *spec);
+BURNC_API burnc_device_t *burnc_device_retain(burnc_device_t *dev);
+/* Releases a handle; NULL is ignored. The device closes once no handle and no tensor uses it. */
+BURNC_API void burnc_device_release(burnc_device_t *dev);
+
+typedef struct burnc_device_info {
+    burnc_device_type_t type;
+    char spec[32];  /* opens this device: "ref", "cuda:0", ... */
+    char name[128]; /* human readable: "NVIDIA H200", "reference (C loops)" */
+} burnc_device_info_t;
+
+/* Lists the available devices whose type is in `types` (a mask of burnc_device_type_t) into
+ * out[0..capacity). Returns how many exist (may exceed capacity; out may be NULL then). */
+BURNC_API int burnc_device_enumerate(unsigned types, burnc_device_info_t *out, int capacity);
+/* The device's human-readable name; owned by the device. */
+BURNC_API const char *burnc_device_name(const burnc_device_t *dev);
+/* The spec that reopens this device ("ref", "cuda:0"); owned by the device. */
+BURNC_API const char *burnc_device_spec(const burnc_device_t *dev);
+BURNC_API burnc_device_type_t burnc_device_type(const burnc_device_t *dev);
+/* True when both handles name the same compute resource. */
+BURNC_API bool burnc_device_equal(const burnc_device_t *a, const burnc_device_t *b);
+
+/* Zero means "keep the default" (f32 and i64). */
+typedef struct burnc_device_config {
+    burnc_dtype_t float_dtype; /* used by BURNC_DTYPE_DEFAULT for float results: f32 f64 f16 bf16 */
+    burnc_dtype_t int_dtype;   /* used by BURNC_DTYPE_DEFAULT for integer results: i32 i64 */
+} burnc_device_config_t;
+
+/* Sets the device's default dtypes. Allowed once, before the device's first tensor; after that
+ * BURNC_ERR_ALREADY_INITIALIZED. A dtype that is not of its kind or that the device does not
+ * support: BURNC_ERR_UNSUPPORTED_DTYPE. */
+BURNC_API burnc_status_t burnc_device_configure(burnc_device_t *dev, const burnc_device_config_t *cfg);
+/* The default float and int dtypes in effect. */
+BURNC_API burnc_dtype_t burnc_device_float_dtype(const burnc_device_t *dev);
+BURNC_API burnc_dtype_t burnc_device_int_dtype(const burnc_device_t *dev);
+/* True when the device can store, convert and compute the dtype (computing in f32 counts). */
+BURNC_API bool burnc_device_supports_dtype(const burnc_device_t *dev, burnc_dtype_t dtype);
+/* Seeds the device's random stream: later rand/randn draws restart from counter 0 with this
+ * key. The same seed and the same sequence of draws give the same values on every device. */
+BURNC_API burnc_status_t burnc_device_seed(burnc_device_t *dev, uint64_t seed);
+/* Starts the pending work; returns once it is submitted (on ref: done). */
+BURNC_API burnc_status_t burnc_device_flush(burnc_device_t *dev);
+/* Runs all pending work and waits for it; returns the first execution error since the last
+ * sync, if any (the failed tensors stay poisoned; the device stays usable). */
+BURNC_API burnc_status_t burnc_device_sync(burnc_device_t *dev);
+/* Returns cached (free) device memory to the system. */
+BURNC_API burnc_status_t burnc_device_memory_cleanup(burnc_device_t *dev);
+
+typedef struct burnc_memory_report {
+    uint64_t bytes_in_use; /* held by live buffers */
+    uint64_t bytes_cached; /* freed buffers kept by the pool for reuse */
+    uint64_t bytes_peak;   /* the highest bytes_in_use + bytes_cached so far */
+    uint64_t buffers_in_use;
+} burnc_memory_report_t;
+
+BURNC_API burnc_status_t burnc_device_memory(burnc_device_t *dev, burnc_memory_report_t *out);
+
+/* ---- Tensor creation --------------------------------------------------------------------- */
+/* shape: `rank` dimensions (rank 0 is a scalar; shape may be NULL then); dimensions >= 0.
+ * dtype BURNC_DTYPE_DEFAULT means the device's default float dtype. Errors:
+ * BURNC_ERR_OVERFLOW (negative dimension, count past 2^63), BURNC_ERR_INVALID_ARGUMENT
+ * (rank outside 0..BURNC_MAX_RANK), BURNC_ERR_UNSUPPORTED_DTYPE. */
+
+/* Copies `data` (dense, row-major, numel * dtype size bytes). */
+BURNC_API burnc_tensor_t *burnc_tensor_from_data(burnc_device_t *dev, burnc_dtype_t dtype, int rank,
+                                                 const int64_t *shape, const void *data);
+/* Uses caller-owned host memory without copying where the device can read host memory (ref,
+ * cpu); `release(user)` is called (if not NULL) once burnc no longer uses it. The memory must
+ * stay valid and unchanged until then. Devices that cannot use host memory copy it and call
+ * release before returning. */
+BURNC_API burnc_tensor_t *burnc_tensor_wrap(burnc_device_t *dev, burnc_dtype_t dtype, int rank,
+                                            const int64_t *shape, void *data,
+                                            void (*release)(void *user), void *user);
+BURNC_API burnc_tensor_t *burnc_zeros(burnc_device_t *dev, burnc_dtype_t dtype, int rank, const int64_t *shape);
+BURNC_API burnc_tensor_t *burnc_ones(burnc_device_t *dev, burnc_dtype_t dtype, int rank, const int64_t *shape);
+/* Every element is `value` converted to dtype. */
+BURNC_API burnc_tensor_t *burnc_full(burnc_device_t *dev, burnc_dtype_t dtype, int rank, const int64_t *shape,
+                                     double value);
+/* 1-D: start, start+step, ... while < stop (> stop for a negative step), like numpy.arange;
+ * element i is start + i*step computed in double, then converted. step 0: INVALID_ARGUMENT.
+ * dtype DEFAULT: the default int dtype when start, stop and step are integral, else float. */
+BURNC_API burnc_tensor_t *burnc_arange(burnc_device_t *dev, burnc_dtype_t dtype, double start, double stop,
+                                       double step);
+/* n x m with ones on the diagonal. */
+BURNC_API burnc_tensor_t *burnc_eye(burnc_device_t *dev, burnc_dtype_t dtype, int64_t n, int64_t m);
+/* Uniform in [0, 1) and standard normal, from Philox 4x32-10 keyed by the device seed. Element i
+ * of a draw uses the counter (offset + i), where the offset is fixed when the op is recorded,
+ * so values do not depend on the device, on fusion or on when the work runs.
+ * Float dtypes only. */
+BURNC_API burnc_tensor_t *burnc_rand(burnc_device_t *dev, burnc_dtype_t dtype, int rank, const int64_t *shape);
+BURNC_API burnc_tensor_t *burnc_randn(burnc_device_t *dev, burnc_dtype_t dtype, int rank, const int64_t *shape);
+
+/* ---- Tensor access ----------------------------------------------------------------------- */
+
+/* Runs the work the tensor depends on and copies its elements, dense and row-major, into dst.
+ * Errors: BURNC_ERR_BUFFER_TOO_SMALL (dst_bytes < numel * dtype size), any execution error of
+ * the work it depends on. */
+BURNC_API burnc_status_t burnc_tensor_read(burnc_tensor_t *t, void *dst, size_t dst_bytes);
+BURNC_API int burnc_tensor_rank(const burnc_tensor_t *t);
+/* shape and strides (in elements) have rank entries, owned by the tensor. */
+BURNC_API const int64_t *burnc_tensor_shape(const burnc_tensor_t *t);
+BURNC_API const int64_t *burnc_tensor_strides(const burnc_tensor_t *t);
+BURNC_API int64_t burnc_tensor_numel(const burnc_tensor_t *t);
+BURNC_API burnc_dtype_t burnc_tensor_dtype(const burnc_tensor_t *t);
+/* The tensor's device: a new reference the caller releases. */
+BURNC_API burnc_device_t *burnc_tensor_device(const burnc_tensor_t *t);
+BURNC_API burnc_tensor_t *burnc_tensor_retain(burnc_tensor_t *t);
+/* NULL is ignored. Inside a scope, releasing a handle the scope owns leaves it to the scope. */
+BURNC_API void burnc_tensor_release(burnc_tensor_t *t);
+/* A copy of t on dev (runs t's pending work). Same device: a new handle to the same tensor. */
+BURNC_API burnc_tensor_t *burnc_tensor_to_device(burnc_tensor_t *t, burnc_device_t *dev);
+/* Bytes of one element. */
+BURNC_API size_t burnc_dtype_size(burnc_dtype_t dtype);
+BURNC_API const char *burnc_dtype_name(burnc_dtype_t dtype);
+
+/* Scopes (per thread, nestable): every tensor handle created between begin and end is released
+ * at end unless burnc_tensor_keep was called on it; kept handles belong to the caller. */
+BURNC_API void burnc_scope_begin(void);
+BURNC_API void burnc_scope_end(void);
+/* Takes `t` out of every scope: the caller owns it. Returns t. */
+BURNC_API burnc_tensor_t *burnc_tensor_keep(burnc_tensor_t *t);
+
+/* Host conversions for f16 and bf16 data (round to nearest, ties to even). */
+BURNC_API uint16_t burnc_f32_to_f16(float x);
+BURNC_API float burnc_f16_to_f32(uint16_t h);
+BURNC_API uint16_t burnc_f32_to_bf16(float x);
+BURNC_API float burnc_bf16_to_f32(uint16_t h);
+
+/* ---- Element-wise ops -------------------------------------------------------------------- */
+/* Unary ops keep the input's shape. Results: same dtype, except float math functions on integer
+ * or bool input (the default float dtype) and logical_not (bool). Unless said otherwise an op
+ * refuses bool input.
+ *   neg abs sign: integers too (wrapping); sign of NaN is NaN.
+ *   floor ceil round: round is half to even; identity on integers.
+ *   relu: max(x, 0), integers too. gelu: x/2 * (1 + erf(x/sqrt 2)). silu: x * sigmoid(x).
+ *   logical_not: any dtype, x == 0, result bool.
+ * Accuracy on devices other than ref: see the kernel math documentation of each backend. */
+#define BURNC_UNARY_OPS(X) \
+    X(neg) X(abs) X(sign) X(exp) X(exp2) X(expm1) X(log) X(log2) X(log1p) X(sqrt) X(rsqrt) \
+    X(reciprocal) X(sin) X(cos) X(tan) X(tanh) X(sigmoid) X(relu) X(gelu) X(silu) X(erf) \
+    X(floor) X(ceil) X(round) X(logical_not)
+#define BURNC_DECLARE_UNARY(name) BURNC_API burnc_tensor_t *burnc_##name(burnc_tensor_t *x);
+BURNC_UNARY_OPS(BURNC_DECLARE_UNARY)
+
+/* Binary ops broadcast like numpy (shapes aligned at the right; a dimension of 1 stretches).
+ *   add sub mul div pow maximum minimum remainder atan2: the promoted dtype (atan2 and
+ *     float-only pow/div follow the promotion; integer semantics in the file comment above).
+ *     maximum/minimum propagate NaN. remainder: sign of the divisor (numpy remainder).
+ *   eq ne lt le gt ge: compare in the promoted dtype, result bool; any dtype.
+ *   logical_and logical_or logical_xor: operands tested != 0, result bool; any dtype.
+ * The _scalar forms compute op(x, s) with s converted to x's dtype (comparisons against s
+ * compare in x's dtype). */
+#define BURNC_BINARY_OPS(X) \
+    X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(remainder) X(atan2) \
+    X(eq) X(ne) X(lt) X(le) X(gt) X(ge) X(logical_and) X(logical_or) X(logical_xor)
+#define BURNC_DECLARE_BINARY(name)                                                  \
+    BURNC_API burnc_tensor_t *burnc_##name(burnc_tensor_t *a, burnc_tensor_t *b); \
+    BURNC_API burnc_tensor_t *burnc_##name##_scalar(burnc_tensor_t *a, double s);
+BURNC_BINARY_OPS(BURNC_DECLARE_BINARY)
+
+/* cond ? a : b, broadcasting all three; cond of any dtype (tested != 0); result is the
+ * promotion of a and b. */
+BURNC_API burnc_tensor_t *burnc_where(burnc_tensor_t *cond, burnc_tensor_t *a, burnc_tensor_t *b);
+/* min(max(x, lo), hi) with lo and hi converted to x's dtype; NaN x stays NaN. lo > hi gives hi
+ * (like numpy.clip). Use -INFINITY / INFINITY for a one-sided clamp. */
+BURNC_API burnc_tensor_t *burnc_clamp(burnc_tensor_t *x, double lo, double hi);
+/* Converts to dtype (rules in the file comment). DEFAULT is refused. */
+BURNC_API burnc_tensor_t *burnc_cast(burnc_tensor_t *x, burnc_dtype_t dtype);
+
+/* ---- Reductions -------------------------------------------------------------------------- */
+/* axes: naxes distinct axes in -rank..rank-1 (negative counts from the end); naxes 0 reduces
+ * every axis. keepdim keeps reduced axes with size 1. Results:
+ *   sum, prod: integer and bool inputs give i64; floats keep their dtype (f16/bf16 accumulate
+ *     in f32 or better). Empty axes give 0 and 1.
+ *   mean, var, std: float dtypes only (integers: cast first); var and std divide by
+ *     (n - correction) and give NaN when that is <= 0. mean of nothing is NaN.
+ *   max, min: any dtype but bool; NaN propagates; an empty reduction is BURNC_ERR_SHAPE.
+ *   argmax, argmin: one axis; i64 index of the first extreme (a NaN counts as the extreme). */
+BURNC_API burnc_tensor_t *burnc_sum(burnc_tensor_t *x, int naxes, const int *axes, bool keepdim);
+BURNC_API burnc_tensor_t *burnc_mean(burnc_tensor_t *x, int naxes, const int *axes, bool keepdim);
+BURNC_API burnc_tensor_t *burnc_prod(burnc_tensor_t *x, int naxes, const int *axes, bool keepdim);
+BURNC_API burnc_tensor_t *burnc_max(burnc_tensor_t *x, int naxes, const int *axes, bool keepdim);
+BURNC_API burnc_tensor_t *burnc_min(burnc_tensor_t *x, int naxes, const int *axes, bool keepdim);
+BURNC_API burnc_tensor_t *burnc_var(burnc_tensor_t *x, int naxes, const int *axes, double correction,
+                                    bool keepdim);
+BURNC_API burnc_tensor_t *burnc_std(burnc_tensor_t *x, int naxes, const int *axes, double correction,
+                                    bool keepdim);
+BURNC_API burnc_tensor_t *burnc_argmax(burnc_tensor_t *x, int axis, bool keepdim);
+BURNC_API burnc_tensor_t *burnc_argmin(burnc_tensor_t *x, int axis, bool keepdim);
+
+/* Composites, recorded as their elementary ops so fusion sees through them.
+ * softmax = exp(x - max) / sum(exp(x - max)); log_softmax = (x - max) - log(sum(exp(x - max))),
+ * over one axis; integer input computes in the default float dtype.
+ * layer_norm normalizes over the last `normalized_rank` axes: (x - mean) / sqrt(var + eps),
+ * var with correction 0; the _affine form then multiplies by weight and adds bias (both
+ * broadcast against those axes). */
+BURNC_API burnc_tensor_t *burnc_softmax(burnc_tensor_t *x, int axis);
+BURNC_API burnc_tensor_t *burnc_log_softmax(burnc_tensor_t *x, int axis);
+BURNC_API burnc_tensor_t *burnc_layer_norm(burnc_tensor_t *x, int normalized_rank, double eps);
+BURNC_API burnc_tensor_t *burnc_layer_norm_affine(burnc_tensor_t *x, int normalized_rank, burnc_tensor_t *weight,
+                                                  burnc_tensor_t *bias, double eps);
+
+/* numpy.matmul: 1-D operands are promoted to matrices and the added axis removed; batch axes
+ * broadcast. Result: the promoted dtype (bool refused); floats accumulate in f32 or better. */
+BURNC_API burnc_tensor_t *burnc_matmul(burnc_tensor_t *a, burnc_tensor_t *b);
+
+/* ---- Movement ---------------------------------------------------------------------------- */
+/* Views: share the input's storage where the layout allows (no copy, no work). */
+
+/* New shape with the same element count; one entry may be -1 (inferred). Copies only when the
+ * input's strides cannot express the new shape. */
+BURNC_API burnc_tensor_t *burnc_reshape(burnc_tensor_t *x, int rank, const int64_t *shape);
+/* perm: a permutation of 0..rank-1; result axis i is input axis perm[i]. */
+BURNC_API burnc_tensor_t *burnc_permute(burnc_tensor_t *x, int rank, const int *perm);
+BURNC_API burnc_tensor_t *burnc_transpose(burnc_tensor_t *x, int axis0, int axis1);
+/* Broadcasts to `shape` (rank >= x's rank; -1 keeps the input's size; only size-1 axes grow). */
+BURNC_API burnc_tensor_t *burnc_expand(burnc_tensor_t *x, int rank, const int64_t *shape);
+/* Python slicing of one axis, x[start:stop:step]: negative indices count from the end, bounds
+ * are clamped, step may be negative (not 0). Use INT64_MAX / INT64_MIN for "to the end". */
+BURNC_API burnc_tensor_t *burnc_slice(burnc_tensor_t *x, int axis, int64_t start, int64_t stop, int64_t step);
+/* Reverses the given axes (naxes 0: all). */
+BURNC_API burnc_tensor_t *burnc_flip(burnc_tensor_t *x, int naxes, const int *axes);
+/* Removes the given size-1 axes (naxes 0: every size-1 axis); a listed axis of size != 1 is
+ * BURNC_ERR_SHAPE. */
+BURNC_API burnc_tensor_t *burnc_squeeze(burnc_tensor_t *x, int naxes, const int *axes);
+/* Inserts a size-1 axis at position axis in -(rank+1)..rank. */
+BURNC_API burnc_tensor_t *burnc_unsqueeze(burnc_tensor_t *x, int axis);
+
+/* Copies. */
+/* A dense row-major copy (a new handle to the same tensor when x already is one). */
+BURNC_API burnc_tensor_t *burnc_contiguous(burnc_tensor_t *x);
+/* Joins n >= 1 tensors along axis; the other axes must match; dtypes promote. */
+BURNC_API burnc_tensor_t *burnc_cat(int n, burnc_tensor_t *const *xs, int axis);
+/* Stacks n >= 1 tensors of one shape along a new axis in -(rank+1)..rank. */
+BURNC_API burnc_tensor_t *burnc_stack(int n, burnc_tensor_t *const *xs, int axis);
+/* Pads with a constant: pads[2*i] before and pads[2*i+1] after axis i, for every axis
+ * (negative pads crop). */
+BURNC_API burnc_tensor_t *burnc_pad(burnc_tensor_t *x, const int64_t *pads, double value);
+/* Rows of x along axis picked by idx (1-D, i32 or i64; negative counts from the end). An index
+ * out of range fails at run time with BURNC_ERR_INDEX. */
+BURNC_API burnc_tensor_t *burnc_index_select(burnc_tensor_t *x, int axis, burnc_tensor_t *idx);
+/* torch.gather: out[i][j] = x[idx[i][j]][j] for axis 0, and so on; idx has x's rank, its sizes
+ * no larger than x's on the other axes; out has idx's shape. */
+BURNC_API burnc_tensor_t *burnc_gather(burnc_tensor_t *x, int axis, burnc_tensor_t *idx);
+/* torch.scatter_add, out of place: a copy of x where out[idx[i][j]][j] += src[i][j] (axis 0);
+ * idx and src of one shape, no larger than x on the other axes. Duplicates accumulate in
+ * index order. */
+BURNC_API burnc_tensor_t *burnc_scatter_add(burnc_tensor_t *x, int axis, burnc_tensor_t *idx, burnc_tensor_t *src);
+/* torch.index_add, out of place: a copy of x where slice idx[i] along axis gets src's slice i
+ * added; idx 1-D; src has x's shape except len(idx) on axis. */
+BURNC_API burnc_tensor_t *burnc_index_add(burnc_tensor_t *x, int axis, burnc_tensor_t *idx, burnc_tensor_t *src);
+/* A copy of x with x[start:stop:step] along axis replaced by value (broadcast to the slice's
+ * shape, converted to x's dtype). */
+BURNC_API burnc_tensor_t *burnc_slice_assign(burnc_tensor_t *x, int axis, int64_t start, int64_t stop,
+                                             int64_t step, burnc_tensor_t *value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

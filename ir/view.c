@@ -1,0 +1,35 @@
+/* Views: shape, strides and offset over a storage. */
+#include "ir.h"
+
+int64_t ir_numel(int rank, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    return n;
+}
+
+void ir_view_dense(ir_view *v, int rank, const int64_t *shape)
+{
+    v->rank = rank;
+    v->offset = 0;
+    int64_t stride = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        v->shape[d] = shape[d];
+        v->strides[d] = stride;
+        stride *= shape[d] > 0 ? shape[d] : 1;
+    }
+}
+
+bool ir_view_is_dense(const ir_view *v)
+{
+    int64_t stride = 1;
+    for (int d = v->rank - 1; d >= 0; d--) {
+        if (v->shape[d] == 0)
+            return true;
+        if (v->shape[d] != 1 && v->strides[d] != stride)
+            return false;
+        stride *= v->shape[d];
+    }
+    return true;
+}
