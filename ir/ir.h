@@ -71,11 +71,17 @@ int64_t ir_unary_i(ir_op op, int64_t x, burnc_dtype_t dt, const double *scalar);
 double ir_binary_f(ir_op op, double a, double b);
 int64_t ir_binary_i(ir_op op, int64_t a, int64_t b, burnc_dtype_t dt);
 
-/* Philox 4x32-10: the four output words for a 64-bit counter and a 64-bit key. */
+/* Philox 4x32-10 (Salmon et al., SC'11): one block for a 128-bit counter and 64-bit key. */
+void ir_philox4x32_block(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* The block for counter {lo, hi, 0, 0} of a 64-bit counter and key {lo, hi} of a 64-bit key. */
 void ir_philox4x32(uint64_t counter, uint64_t key, uint32_t out[4]);
 /* The value of element `i` of a rand (uniform [0,1)) or randn (standard normal) draw whose
- * record-time counter offset is `offset`, as a double rounded for dtype `dt`'s precision
- * (f32/f16/bf16 use 24 random bits, f64 53). randn uses Box-Muller on words 2 and 3. */
+ * record-time counter offset is `offset`: block w = ir_philox4x32(offset + i, key).
+ * uniform: f64 uses 53 bits ((w1:w0) >> 11) * 2^-53; f32 (w0 >> 8) * 2^-24; f16
+ * (w0 >> 21) * 2^-11; bf16 (w0 >> 24) * 2^-8: exact in the dtype, never 1.0.
+ * normal (Box-Muller, computed in double, the caller rounds once): f64 u1 = (((w1:w0) >> 11)
+ * + 1) * 2^-53, u2 = ((w3:w2) >> 11) * 2^-53; other dtypes u1 = ((w0 >> 8) + 1) * 2^-24,
+ * u2 = (w2 >> 8) * 2^-24; z = sqrt(-2 log u1) * cos(2 pi u2). */
 double ir_rand_uniform(uint64_t key, uint64_t offset, uint64_t i, burnc_dtype_t dt);
 double ir_rand_normal(uint64_t key, uint64_t offset, uint64_t i, burnc_dtype_t dt);
 

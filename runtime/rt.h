@@ -7,7 +7,7 @@
 
 #include "ir.h"
 
-typedef struct rt_device rt_device;
+typedef struct burnc_device rt_device;
 typedef struct rt_kernel rt_kernel; /* backend-defined: a compiled group, launched many times */
 
 /* A device buffer. Backends allocate it (possibly embedded in a larger struct of their own)
@@ -70,13 +70,14 @@ typedef struct rt_stream {
 
 typedef struct rt_kernel_entry rt_kernel_entry;
 
-struct rt_device {
-    atomic_int refs; /* handles + storages */
+struct burnc_device {
+    atomic_int refs;    /* user handles + storages */
+    atomic_int handles; /* user handles: when they are gone, pending work is flushed */
     const rt_backend *be;
     void *impl;
     burnc_device_type_t type;
     int index;
-    char spec[32];
+    char spec[64];
     char name[128];
     burnc_dtype_t float_dtype, int_dtype;
     atomic_bool initialized; /* a tensor was made: configure is locked */
@@ -88,7 +89,7 @@ struct rt_device {
     rt_kernel_entry *kernels; /* compiled kernels by structure key */
     burnc_status_t pending_error; /* first execution error since the last sync */
     char pending_msg[512];
-    struct rt_device *next; /* registry list */
+    struct burnc_device *next; /* registry list */
 };
 
 /* Storage: a buffer, or the promise of one from a pending record. */
@@ -115,6 +116,13 @@ struct burnc_tensor {
 /* ---- Errors (runtime/error.c) ------------------------------------------------------------ */
 /* Sets the thread's last error and returns code. */
 burnc_status_t rt_fail(burnc_status_t code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Saves and restores the thread's last error around work whose failures are reported later. */
+typedef struct rt_error_state {
+    burnc_status_t code;
+    char msg[512];
+} rt_error_state;
+void rt_error_save(rt_error_state *s);
+void rt_error_restore(const rt_error_state *s);
 /* Formats a shape as "[2,3]" into buf. */
 const char *rt_shape_str(char *buf, size_t cap, int rank, const int64_t *shape);
 #define RT_TRY(expr)                      \
@@ -127,6 +135,7 @@ bool rt_log_enabled(const char *topic);
 
 /* ---- Devices (runtime/device.c) ---------------------------------------------------------- */
 void rt_device_mark_used(rt_device *dev);
+void rt_device_unref(rt_device *dev);
 /* Records an execution error on the device for the next sync. */
 void rt_device_set_error(rt_device *dev, burnc_status_t code, const char *msg);
 
@@ -145,6 +154,13 @@ void rt_storage_release(rt_storage *st);
  * scope. */
 burnc_tensor_t *rt_tensor_new(rt_storage *st, burnc_dtype_t dtype, const ir_view *view);
 rt_device *rt_tensor_dev(const burnc_tensor_t *t);
+/* Drops a reference without the scope rule of burnc_tensor_release. */
+void rt_tensor_unref(burnc_tensor_t *t);
+/* Checks a shape given by the user: rank in 0..BURNC_MAX_RANK, dimensions >= 0, element and
+ * byte counts below 2^63. `op` names the public function in the message. */
+burnc_status_t rt_check_shape(const char *op, int rank, const int64_t *shape, burnc_dtype_t dt);
+/* Checks that dtype is a storage dtype the device supports (DEFAULT resolved first). */
+burnc_status_t rt_check_dtype(const char *op, rt_device *dev, burnc_dtype_t *dt);
 
 /* ---- Stream (runtime/stream.c) ----------------------------------------------------------- */
 /* Allocates a record with n_in operands on dev's stream; the stream lock is held from begin to
@@ -156,8 +172,12 @@ void rt_record_input(ir_record *r, int k, const burnc_tensor_t *t, const ir_view
 /* Creates the output storage, appends the record, unlocks, and returns a handle to the output
  * (NULL with the last error set if the output is too large). */
 burnc_tensor_t *rt_record_commit(rt_device *dev, ir_record *r);
+/* Gives up a record after rt_record_begin (releases its inputs, unlocks). */
+void rt_record_abort(rt_device *dev, ir_record *r);
 /* Runs every pending record of dev. */
 burnc_status_t rt_flush(rt_device *dev);
+void rt_stream_free(rt_stream *s);
+void rt_kernels_free(rt_device *dev);
 
 /* ---- Scopes (runtime/scope.c) ------------------------------------------------------------ */
 void rt_scope_register(burnc_tensor_t *t);
@@ -165,5 +185,32 @@ void rt_scope_register(burnc_tensor_t *t);
  * intermediates. */
 void rt_scope_suspend(void);
 void rt_scope_resume(void);
+
+
+/* ---- Op recording helpers (runtime/ops.c, runtime/views.c) ------------------------------- */
+/* Public op functions build their result with scopes suspended (intermediates are internal
+ * references dropped with rt_tensor_unref) and register only what they return. */
+#define RT_PUBLIC(call)                           \
+    do {                                          \
+        rt_scope_suspend();                       \
+        burnc_tensor_t *rt_out_ = (call);         \
+        rt_scope_resume();                        \
+        if (rt_out_)                              \
+            rt_scope_register(rt_out_);           \
+        return rt_out_;                           \
+    } while (0)
+
+/* Normalizes axis in -rank..rank-1 (for insertion points pass rank + 1). */
+burnc_status_t rt_axis(const char *op, int axis, int rank, int *out);
+/* A new handle over x's storage with another view. */
+burnc_tensor_t *rt_view(burnc_tensor_t *x, const ir_view *v);
+/* x converted to dt (a new reference; x itself retained when it already has dt). */
+burnc_tensor_t *rt_cast(burnc_tensor_t *x, burnc_dtype_t dt);
+/* The internal (unregistered) forms the composites and other ops build on. */
+burnc_tensor_t *rt_expand_view(burnc_tensor_t *x, int rank, const int64_t *shape, const char *op);
+burnc_tensor_t *rt_unsqueeze(burnc_tensor_t *x, int axis);
+burnc_status_t rt_slice_bounds(const char *op, int64_t n, int64_t start, int64_t stop, int64_t step,
+                               int64_t *first, int64_t *count);
+burnc_status_t rt_axes_mask(const char *op, int naxes, const int *axes, int rank, uint32_t *mask);
 
 #endif

@@ -1,0 +1,530 @@
+/* Recording ops: checks, promotion, broadcasting, then one record on the device's stream. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rt.h"
+
+/* ---- Checks ---- */
+static char *shape_of(char *buf, size_t cap, const burnc_tensor_t *t)
+{
+    return (char *)rt_shape_str(buf, cap, t->view.rank, t->view.shape);
+}
+
+static rt_device *same_device(const char *op, burnc_tensor_t *const *ts, int n)
+{
+    rt_device *dev = ts[0]->st->dev;
+    for (int i = 1; i < n; i++)
+        if (ts[i]->st->dev != dev) {
+            rt_fail(BURNC_ERR_DEVICE_MISMATCH, "%s: operands live on %s and %s; move one with burnc_tensor_to_device",
+                    op, dev->spec, ts[i]->st->dev->spec);
+            return NULL;
+        }
+    return dev;
+}
+
+static burnc_status_t refuse_bool(const char *op, burnc_dtype_t dt)
+{
+    if (dt == BURNC_DTYPE_BOOL)
+        return rt_fail(BURNC_ERR_UNSUPPORTED_DTYPE, "%s: does not take bool tensors (cast first)", op);
+    return BURNC_OK;
+}
+
+static burnc_status_t broadcast(const char *op, int n, burnc_tensor_t *const *ts, int *rank, int64_t *shape)
+{
+    int r = 0;
+    for (int i = 0; i < n; i++)
+        r = ts[i]->view.rank > r ? ts[i]->view.rank : r;
+    for (int d = 0; d < r; d++)
+        shape[d] = 1;
+    for (int i = 0; i < n; i++) {
+        int lead = r - ts[i]->view.rank;
+        for (int d = lead; d < r; d++) {
+            int64_t s = ts[i]->view.shape[d - lead];
+            if (s == shape[d] || s == 1)
+                continue;
+            if (shape[d] != 1) {
+                char a[200], b[200];
+                return rt_fail(BURNC_ERR_SHAPE, "%s: shapes %s and %s do not broadcast", op,
+                               shape_of(a, sizeof a, ts[0]), shape_of(b, sizeof b, ts[i]));
+            }
+            shape[d] = s;
+        }
+    }
+    *rank = r;
+    return BURNC_OK;
+}
+
+/* x's view stretched to an output shape (stride 0 where it broadcasts). */
+static ir_view broadcast_view(const ir_view *x, int rank, const int64_t *shape)
+{
+    ir_view v = {.rank = rank, .offset = x->offset};
+    int lead = rank - x->rank;
+    for (int d = 0; d < rank; d++) {
+        v.shape[d] = shape[d];
+        v.strides[d] = d >= lead && x->shape[d - lead] == shape[d] ? x->strides[d - lead] : 0;
+    }
+    return v;
+}
+
+burnc_tensor_t *rt_cast(burnc_tensor_t *x, burnc_dtype_t dt)
+{
+    if (x->dtype == dt)
+        return burnc_tensor_retain(x);
+    rt_device *dev = x->st->dev;
+    ir_record *r = rt_record_begin(dev, IR_OP_CAST, 1);
+    if (!r)
+        return NULL;
+    r->dtype = dt;
+    r->compute = x->dtype;
+    r->out_rank = x->view.rank;
+    memcpy(r->out_shape, x->view.shape, sizeof r->out_shape);
+    rt_record_input(r, 0, x, NULL);
+    return rt_record_commit(dev, r);
+}
+
+/* ---- Element-wise ---- */
+static bool float_only(ir_op op)
+{
+    switch (op) {
+    case IR_OP_EXP: case IR_OP_EXP2: case IR_OP_EXPM1: case IR_OP_LOG: case IR_OP_LOG2: case IR_OP_LOG1P:
+    case IR_OP_SQRT: case IR_OP_RSQRT: case IR_OP_RECIPROCAL: case IR_OP_SIN: case IR_OP_COS: case IR_OP_TAN:
+    case IR_OP_TANH: case IR_OP_SIGMOID: case IR_OP_GELU: case IR_OP_SILU: case IR_OP_ERF: case IR_OP_ATAN2:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool bool_result(ir_op op)
+{
+    return op == IR_OP_LOGICAL_NOT || (op >= IR_OP_EQ && op <= IR_OP_LOGICAL_XOR);
+}
+
+/* Ops that take any dtype, bool included. */
+static bool takes_bool(ir_op op) { return bool_result(op); }
+
+/* The dtype an element-wise op computes in, given its operands' promoted dtype. */
+static burnc_status_t compute_dtype(const char *op_name, ir_op op, rt_device *dev, burnc_dtype_t dt,
+                                    burnc_dtype_t *out)
+{
+    if (float_only(op) && !ir_dtype_is_float(dt))
+        dt = dev->float_dtype;
+    else if (!takes_bool(op))
+        RT_TRY(refuse_bool(op_name, dt));
+    *out = dt;
+    return BURNC_OK;
+}
+
+/* Records an element-wise op over n operands already cast to `compute` and broadcast. */
+static burnc_tensor_t *record_elementwise(ir_op op, burnc_dtype_t compute, burnc_dtype_t out_dt, int n,
+                                          burnc_tensor_t *const *xs, int rank, const int64_t *shape,
+                                          const double *scalars, int nscalars, uint32_t flags)
+{
+    rt_device *dev = xs[0]->st->dev;
+    ir_record *r = rt_record_begin(dev, op, n);
+    if (!r)
+        return NULL;
+    r->dtype = out_dt;
+    r->compute = compute;
+    r->flags = flags;
+    r->out_rank = rank;
+    memcpy(r->out_shape, shape, (size_t)rank * sizeof *shape);
+    for (int i = 0; i < nscalars; i++)
+        r->scalar[i] = scalars[i];
+    for (int k = 0; k < n; k++) {
+        ir_view v = broadcast_view(&xs[k]->view, rank, shape);
+        rt_record_input(r, k, xs[k], &v);
+    }
+    return rt_record_commit(dev, r);
+}
+
+static burnc_tensor_t *unary(ir_op op, burnc_tensor_t *x, const double *scalars, int nscalars)
+{
+    char name[64];
+    snprintf(name, sizeof name, "burnc_%s", ir_op_name(op));
+    rt_device *dev = x->st->dev;
+    burnc_dtype_t dt;
+    if (compute_dtype(name, op, dev, x->dtype, &dt) != BURNC_OK)
+        return NULL;
+    double conv[2];
+    for (int i = 0; i < nscalars; i++)
+        conv[i] = ir_scalar_to_dtype(scalars[i], dt);
+    burnc_tensor_t *c = rt_cast(x, dt);
+    if (!c)
+        return NULL;
+    burnc_tensor_t *out = record_elementwise(op, dt, bool_result(op) ? BURNC_DTYPE_BOOL : dt, 1, &c, c->view.rank,
+                                             c->view.shape, conv, nscalars, 0);
+    rt_tensor_unref(c);
+    return out;
+}
+
+static burnc_tensor_t *binary(ir_op op, burnc_tensor_t *a, burnc_tensor_t *b)
+{
+    char name[64];
+    snprintf(name, sizeof name, "burnc_%s", ir_op_name(op));
+    burnc_tensor_t *ts[2] = {a, b};
+    rt_device *dev = same_device(name, ts, 2);
+    int rank;
+    int64_t shape[BURNC_MAX_RANK];
+    burnc_dtype_t dt;
+    if (!dev || broadcast(name, 2, ts, &rank, shape) != BURNC_OK ||
+        compute_dtype(name, op, dev, ir_promote(a->dtype, b->dtype), &dt) != BURNC_OK)
+        return NULL;
+    burnc_tensor_t *c[2] = {rt_cast(a, dt), NULL};
+    c[1] = c[0] ? rt_cast(b, dt) : NULL;
+    burnc_tensor_t *out = NULL;
+    if (c[1])
+        out = record_elementwise(op, dt, bool_result(op) ? BURNC_DTYPE_BOOL : dt, 2, c, rank, shape, NULL, 0, 0);
+    rt_tensor_unref(c[0]);
+    if (c[1])
+        rt_tensor_unref(c[1]);
+    return out;
+}
+
+static burnc_tensor_t *binary_scalar(ir_op op, burnc_tensor_t *a, double s)
+{
+    char name[64];
+    snprintf(name, sizeof name, "burnc_%s_scalar", ir_op_name(op));
+    burnc_dtype_t dt;
+    if (compute_dtype(name, op, a->st->dev, a->dtype, &dt) != BURNC_OK)
+        return NULL;
+    double conv = ir_scalar_to_dtype(s, dt);
+    burnc_tensor_t *c = rt_cast(a, dt);
+    if (!c)
+        return NULL;
+    burnc_tensor_t *out = record_elementwise(op, dt, bool_result(op) ? BURNC_DTYPE_BOOL : dt, 1, &c, c->view.rank,
+                                             c->view.shape, &conv, 1, IR_REC_SCALAR_RHS);
+    rt_tensor_unref(c);
+    return out;
+}
+
+#define UNARY_OP(NAME, OP)                          \
+    burnc_tensor_t *burnc_##NAME(burnc_tensor_t *x) \
+    {                                               \
+        if (!x)                                     \
+            return NULL;                            \
+        RT_PUBLIC(unary(OP, x, NULL, 0));           \
+    }
+#define X(name) UNARY_OP(name, (ir_op)op_of_##name)
+enum {
+    op_of_neg = IR_OP_NEG, op_of_abs = IR_OP_ABS, op_of_sign = IR_OP_SIGN, op_of_exp = IR_OP_EXP,
+    op_of_exp2 = IR_OP_EXP2, op_of_expm1 = IR_OP_EXPM1, op_of_log = IR_OP_LOG, op_of_log2 = IR_OP_LOG2,
+    op_of_log1p = IR_OP_LOG1P, op_of_sqrt = IR_OP_SQRT, op_of_rsqrt = IR_OP_RSQRT,
+    op_of_reciprocal = IR_OP_RECIPROCAL, op_of_sin = IR_OP_SIN, op_of_cos = IR_OP_COS, op_of_tan = IR_OP_TAN,
+    op_of_tanh = IR_OP_TANH, op_of_sigmoid = IR_OP_SIGMOID, op_of_relu = IR_OP_RELU, op_of_gelu = IR_OP_GELU,
+    op_of_silu = IR_OP_SILU, op_of_erf = IR_OP_ERF, op_of_floor = IR_OP_FLOOR, op_of_ceil = IR_OP_CEIL,
+    op_of_round = IR_OP_ROUND, op_of_logical_not = IR_OP_LOGICAL_NOT,
+    op_of_add = IR_OP_ADD, op_of_sub = IR_OP_SUB, op_of_mul = IR_OP_MUL, op_of_div = IR_OP_DIV,
+    op_of_pow = IR_OP_POW, op_of_maximum = IR_OP_MAXIMUM, op_of_minimum = IR_OP_MINIMUM,
+    op_of_remainder = IR_OP_REMAINDER, op_of_atan2 = IR_OP_ATAN2, op_of_eq = IR_OP_EQ, op_of_ne = IR_OP_NE,
+    op_of_lt = IR_OP_LT, op_of_le = IR_OP_LE, op_of_gt = IR_OP_GT, op_of_ge = IR_OP_GE,
+    op_of_logical_and = IR_OP_LOGICAL_AND, op_of_logical_or = IR_OP_LOGICAL_OR,
+    op_of_logical_xor = IR_OP_LOGICAL_XOR,
+};
+BURNC_UNARY_OPS(X)
+#undef X
+
+#define X(name)                                                      \
+    burnc_tensor_t *burnc_##name(burnc_tensor_t *a, burnc_tensor_t *b) \
+    {                                                                \
+        if (!a || !b)                                                \
+            return NULL;                                             \
+        RT_PUBLIC(binary((ir_op)op_of_##name, a, b));                       \
+    }                                                                \
+    burnc_tensor_t *burnc_##name##_scalar(burnc_tensor_t *a, double s) \
+    {                                                                \
+        if (!a)                                                      \
+            return NULL;                                             \
+        RT_PUBLIC(binary_scalar((ir_op)op_of_##name, a, s));                \
+    }
+BURNC_BINARY_OPS(X)
+#undef X
+
+static burnc_tensor_t *where(burnc_tensor_t *cond, burnc_tensor_t *a, burnc_tensor_t *b)
+{
+    burnc_tensor_t *ts[3] = {cond, a, b};
+    rt_device *dev = same_device("burnc_where", ts, 3);
+    int rank;
+    int64_t shape[BURNC_MAX_RANK];
+    if (!dev || broadcast("burnc_where", 3, ts, &rank, shape) != BURNC_OK)
+        return NULL;
+    burnc_dtype_t dt = ir_promote(a->dtype, b->dtype);
+    burnc_tensor_t *c[3] = {cond, rt_cast(a, dt), NULL};
+    c[2] = c[1] ? rt_cast(b, dt) : NULL;
+    burnc_tensor_t *out = NULL;
+    if (c[2])
+        out = record_elementwise(IR_OP_WHERE, dt, dt, 3, c, rank, shape, NULL, 0, 0);
+    if (c[1])
+        rt_tensor_unref(c[1]);
+    if (c[2])
+        rt_tensor_unref(c[2]);
+    return out;
+}
+
+burnc_tensor_t *burnc_where(burnc_tensor_t *cond, burnc_tensor_t *a, burnc_tensor_t *b)
+{
+    if (!cond || !a || !b)
+        return NULL;
+    RT_PUBLIC(where(cond, a, b));
+}
+
+burnc_tensor_t *burnc_clamp(burnc_tensor_t *x, double lo, double hi)
+{
+    if (!x)
+        return NULL;
+    double s[2] = {lo, hi};
+    RT_PUBLIC(unary(IR_OP_CLAMP, x, s, 2));
+}
+
+burnc_tensor_t *burnc_cast(burnc_tensor_t *x, burnc_dtype_t dtype)
+{
+    if (!x)
+        return NULL;
+    if (!ir_dtype_valid(dtype)) {
+        rt_fail(BURNC_ERR_UNSUPPORTED_DTYPE, "burnc_cast: %d is not a storage dtype", (int)dtype);
+        return NULL;
+    }
+    if (rt_check_dtype("burnc_cast", x->st->dev, &dtype) != BURNC_OK)
+        return NULL;
+    if (dtype == x->dtype)
+        RT_PUBLIC(rt_view(x, &x->view));
+    RT_PUBLIC(rt_cast(x, dtype));
+}
+
+/* ---- Reductions ---- */
+static burnc_tensor_t *reduce(ir_op op, burnc_tensor_t *x, uint32_t mask, bool keepdim, double correction)
+{
+    const char *name = NULL;
+    char buf[64];
+    snprintf(buf, sizeof buf, "burnc_%s", ir_op_name(op));
+    name = buf;
+    rt_device *dev = x->st->dev;
+    burnc_dtype_t dt = x->dtype;
+    switch (op) {
+    case IR_OP_SUM:
+    case IR_OP_PROD:
+        if (!ir_dtype_is_float(dt))
+            dt = BURNC_DTYPE_I64;
+        break;
+    case IR_OP_MEAN:
+    case IR_OP_VAR:
+    case IR_OP_STD:
+        if (!ir_dtype_is_float(dt)) {
+            rt_fail(BURNC_ERR_UNSUPPORTED_DTYPE, "%s: needs a float tensor, got %s (cast first)", name,
+                    ir_dtype_name(dt));
+            return NULL;
+        }
+        break;
+    default:
+        if (refuse_bool(name, dt) != BURNC_OK)
+            return NULL;
+        for (int d = 0; d < x->view.rank; d++)
+            if ((mask >> d & 1) && x->view.shape[d] == 0) {
+                char s[200];
+                rt_fail(BURNC_ERR_SHAPE, "%s: cannot reduce axis %d of size 0 (shape %s)", name, d,
+                        shape_of(s, sizeof s, x));
+                return NULL;
+            }
+    }
+    burnc_tensor_t *c = rt_cast(x, dt);
+    if (!c)
+        return NULL;
+    ir_record *r = rt_record_begin(dev, op, 1);
+    if (!r) {
+        rt_tensor_unref(c);
+        return NULL;
+    }
+    r->compute = dt;
+    r->dtype = op == IR_OP_ARGMAX || op == IR_OP_ARGMIN ? BURNC_DTYPE_I64 : dt;
+    r->axes = mask;
+    r->scalar[0] = correction;
+    r->out_rank = c->view.rank;
+    for (int d = 0; d < c->view.rank; d++)
+        r->out_shape[d] = (mask >> d & 1) ? 1 : c->view.shape[d];
+    rt_record_input(r, 0, c, NULL);
+    rt_tensor_unref(c);
+    burnc_tensor_t *out = rt_record_commit(dev, r);
+    if (!out || keepdim)
+        return out;
+    ir_view v = {.offset = 0};
+    for (int d = 0; d < out->view.rank; d++)
+        if (!(mask >> d & 1)) {
+            v.shape[v.rank] = out->view.shape[d];
+            v.strides[v.rank++] = out->view.strides[d];
+        }
+    burnc_tensor_t *squeezed = rt_view(out, &v);
+    rt_tensor_unref(out);
+    return squeezed;
+}
+
+/* The internal form composites use: axes already checked. */
+burnc_tensor_t *rt_reduce(ir_op op, burnc_tensor_t *x, uint32_t mask, bool keepdim, double correction)
+{
+    return reduce(op, x, mask, keepdim, correction);
+}
+
+static burnc_tensor_t *reduce_public(ir_op op, burnc_tensor_t *x, int naxes, const int *axes, bool keepdim,
+                                     double correction)
+{
+    char name[64];
+    snprintf(name, sizeof name, "burnc_%s", ir_op_name(op));
+    uint32_t mask;
+    if (rt_axes_mask(name, naxes, axes, x->view.rank, &mask) != BURNC_OK)
+        return NULL;
+    return reduce(op, x, mask, keepdim, correction);
+}
+
+#define REDUCE_OP(NAME, OP)                                                                        \
+    burnc_tensor_t *burnc_##NAME(burnc_tensor_t *x, int naxes, const int *axes, bool keepdim)     \
+    {                                                                                              \
+        if (!x)                                                                                    \
+            return NULL;                                                                           \
+        RT_PUBLIC(reduce_public(OP, x, naxes, axes, keepdim, 0));                                  \
+    }
+REDUCE_OP(sum, IR_OP_SUM)
+REDUCE_OP(mean, IR_OP_MEAN)
+REDUCE_OP(prod, IR_OP_PROD)
+REDUCE_OP(max, IR_OP_MAX)
+REDUCE_OP(min, IR_OP_MIN)
+
+burnc_tensor_t *burnc_var(burnc_tensor_t *x, int naxes, const int *axes, double correction, bool keepdim)
+{
+    if (!x)
+        return NULL;
+    RT_PUBLIC(reduce_public(IR_OP_VAR, x, naxes, axes, keepdim, correction));
+}
+
+burnc_tensor_t *burnc_std(burnc_tensor_t *x, int naxes, const int *axes, double correction, bool keepdim)
+{
+    if (!x)
+        return NULL;
+    RT_PUBLIC(reduce_public(IR_OP_STD, x, naxes, axes, keepdim, correction));
+}
+
+static burnc_tensor_t *arg_reduce(ir_op op, burnc_tensor_t *x, int axis, bool keepdim)
+{
+    char name[64];
+    snprintf(name, sizeof name, "burnc_%s", ir_op_name(op));
+    int a;
+    if (x->view.rank == 0) {
+        rt_fail(BURNC_ERR_AXIS, "%s: a rank-0 tensor has no axis %d", name, axis);
+        return NULL;
+    }
+    if (rt_axis(name, axis, x->view.rank, &a) != BURNC_OK)
+        return NULL;
+    return reduce(op, x, 1u << a, keepdim, 0);
+}
+
+burnc_tensor_t *burnc_argmax(burnc_tensor_t *x, int axis, bool keepdim)
+{
+    if (!x)
+        return NULL;
+    RT_PUBLIC(arg_reduce(IR_OP_ARGMAX, x, axis, keepdim));
+}
+
+burnc_tensor_t *burnc_argmin(burnc_tensor_t *x, int axis, bool keepdim)
+{
+    if (!x)
+        return NULL;
+    RT_PUBLIC(arg_reduce(IR_OP_ARGMIN, x, axis, keepdim));
+}
+
+/* ---- Matmul ---- */
+/* A 1-D operand as a matrix: [1, K] on the left, [K, 1] on the right. */
+static ir_view matrix_view(const ir_view *v, bool left)
+{
+    ir_view m = *v;
+    if (v->rank != 1)
+        return m;
+    m.rank = 2;
+    if (left) {
+        m.shape[0] = 1, m.strides[0] = 0;
+        m.shape[1] = v->shape[0], m.strides[1] = v->strides[0];
+    } else {
+        m.shape[1] = 1, m.strides[1] = 0;
+    }
+    return m;
+}
+
+static burnc_tensor_t *matmul(burnc_tensor_t *a, burnc_tensor_t *b)
+{
+    const char *name = "burnc_matmul";
+    burnc_tensor_t *ts[2] = {a, b};
+    rt_device *dev = same_device(name, ts, 2);
+    if (!dev)
+        return NULL;
+    char sa[200], sb[200];
+    if (a->view.rank == 0 || b->view.rank == 0) {
+        rt_fail(BURNC_ERR_SHAPE, "%s: operands need rank >= 1, got %s and %s", name, shape_of(sa, sizeof sa, a),
+                shape_of(sb, sizeof sb, b));
+        return NULL;
+    }
+    burnc_dtype_t dt = ir_promote(a->dtype, b->dtype);
+    if (refuse_bool(name, dt) != BURNC_OK)
+        return NULL;
+    ir_view va = matrix_view(&a->view, true), vb = matrix_view(&b->view, false);
+    int64_t M = va.shape[va.rank - 2], K = va.shape[va.rank - 1], N = vb.shape[vb.rank - 1];
+    if (vb.shape[vb.rank - 2] != K) {
+        rt_fail(BURNC_ERR_SHAPE, "%s: shapes %s and %s do not match (%lld columns vs %lld rows)", name,
+                shape_of(sa, sizeof sa, a), shape_of(sb, sizeof sb, b), (long long)K,
+                (long long)vb.shape[vb.rank - 2]);
+        return NULL;
+    }
+    /* batch axes broadcast like element-wise shapes */
+    int ba = va.rank - 2, bb = vb.rank - 2, rb = ba > bb ? ba : bb;
+    int64_t shape[BURNC_MAX_RANK];
+    for (int d = 0; d < rb; d++) {
+        int64_t x = d >= rb - ba ? va.shape[d - (rb - ba)] : 1, y = d >= rb - bb ? vb.shape[d - (rb - bb)] : 1;
+        if (x != y && x != 1 && y != 1) {
+            rt_fail(BURNC_ERR_SHAPE, "%s: batch axes of %s and %s do not broadcast", name, shape_of(sa, sizeof sa, a),
+                    shape_of(sb, sizeof sb, b));
+            return NULL;
+        }
+        shape[d] = x == 1 ? y : x;
+    }
+    burnc_tensor_t *c[2] = {rt_cast(a, dt), NULL};
+    c[1] = c[0] ? rt_cast(b, dt) : NULL;
+    ir_record *r = c[1] ? rt_record_begin(dev, IR_OP_MATMUL, 2) : NULL;
+    burnc_tensor_t *out = NULL;
+    if (r) {
+        r->dtype = r->compute = dt;
+        r->out_rank = rb + 2;
+        memcpy(r->out_shape, shape, (size_t)rb * sizeof *shape);
+        r->out_shape[rb] = M;
+        r->out_shape[rb + 1] = N;
+        for (int k = 0; k < 2; k++) {
+            ir_view m = matrix_view(&c[k]->view, k == 0);
+            int64_t want[BURNC_MAX_RANK];
+            memcpy(want, shape, (size_t)rb * sizeof *shape);
+            want[rb] = k == 0 ? M : K;
+            want[rb + 1] = k == 0 ? K : N;
+            ir_view v = broadcast_view(&m, rb + 2, want);
+            rt_record_input(r, k, c[k], &v);
+        }
+        out = rt_record_commit(dev, r);
+    }
+    for (int k = 0; k < 2; k++)
+        if (c[k])
+            rt_tensor_unref(c[k]);
+    if (!out || (a->view.rank > 1 && b->view.rank > 1))
+        return out;
+    /* drop the axes that 1-D operands added */
+    ir_view v = {.offset = 0};
+    for (int d = 0; d < out->view.rank; d++) {
+        if ((d == rb && a->view.rank == 1) || (d == rb + 1 && b->view.rank == 1))
+            continue;
+        v.shape[v.rank] = out->view.shape[d];
+        v.strides[v.rank++] = out->view.strides[d];
+    }
+    burnc_tensor_t *o = rt_view(out, &v);
+    rt_tensor_unref(out);
+    return o;
+}
+
+burnc_tensor_t *burnc_matmul(burnc_tensor_t *a, burnc_tensor_t *b)
+{
+    if (!a || !b)
+        return NULL;
+    RT_PUBLIC(matmul(a, b));
+}

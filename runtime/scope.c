@@ -1,0 +1,77 @@
+/* Scopes: per-thread lists of the handles created inside them. */
+#include <stdlib.h>
+
+#include "rt.h"
+
+typedef struct scope {
+    burnc_tensor_t **items;
+    size_t n, cap;
+    struct scope *outer;
+} scope;
+
+static _Thread_local scope *current;
+static _Thread_local int suspended;
+
+void burnc_scope_begin(void)
+{
+    scope *s = calloc(1, sizeof *s);
+    if (!s) {
+        /* Without memory for a scope the handles stay with the caller: degrade, do not crash. */
+        rt_log("runtime", "burnc_scope_begin: out of memory; handles in this scope belong to the caller");
+        return;
+    }
+    s->outer = current;
+    current = s;
+}
+
+void burnc_scope_end(void)
+{
+    scope *s = current;
+    if (!s)
+        return;
+    current = s->outer;
+    for (size_t i = 0; i < s->n; i++) {
+        burnc_tensor_t *t = s->items[i];
+        if (!t)
+            continue;
+        t->scoped = false;
+        rt_tensor_unref(t);
+    }
+    free(s->items);
+    free(s);
+}
+
+void rt_scope_register(burnc_tensor_t *t)
+{
+    scope *s = current;
+    if (!s || suspended)
+        return;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        burnc_tensor_t **items = realloc(s->items, cap * sizeof *items);
+        if (!items)
+            return; /* the caller keeps this handle */
+        s->items = items;
+        s->cap = cap;
+    }
+    s->items[s->n++] = t;
+    t->scoped = true;
+}
+
+burnc_tensor_t *burnc_tensor_keep(burnc_tensor_t *t)
+{
+    if (!t || !t->scoped)
+        return t;
+    /* The scope's reference becomes the caller's. */
+    t->scoped = false;
+    for (scope *s = current; s; s = s->outer)
+        for (size_t i = s->n; i-- > 0;)
+            if (s->items[i] == t) {
+                s->items[i] = NULL;
+                return t;
+            }
+    return t;
+}
+
+void rt_scope_suspend(void) { suspended++; }
+void rt_scope_resume(void) { suspended--; }
