@@ -147,7 +147,8 @@ BURNC_API void burnc_log_set_callback(burnc_log_fn fn, void *user);
 /* ---- Devices ----------------------------------------------------------------------------- */
 
 /* Opens a device by spec: "ref", "cpu", "cuda", "cuda:N", "vulkan", "vulkan:N",
- * "vulkan:discrete:N", "vulkan:cpu". NULL or "" opens the default: BURNC_DEVICE if set, else
+ * "vulkan:discrete:N", "vulkan:cpu". "ref:N" (N = 1..1000) opens further reference devices,
+ * independent of "ref" (= "ref:0"), for programs and tests that move data between devices. NULL or "" opens the default: BURNC_DEVICE if set, else
  * the first available of cuda, a Vulkan GPU, cpu, ref. Opening the same device twice gives
  * handles to the same device (they compare equal and share configuration and stream).
  * Errors: BURNC_ERR_UNKNOWN_DEVICE (no such kind), BURNC_ERR_INVALID_ARGUMENT (bad index

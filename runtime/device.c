@@ -101,8 +101,8 @@ static burnc_status_t parse_spec(const char *spec, const rt_backend **out_be, in
         snprintf(norm, cap, "%s", spec); /* a selector the Vulkan backend resolves */
     else
         snprintf(norm, cap, "%s:%d", be->kind, (int)index);
-    if (be == &rt_ref_backend)
-        snprintf(norm, cap, "ref");
+    if (be == &rt_ref_backend && index == 0)
+        snprintf(norm, cap, "ref"); /* ref:N (N > 0) are further, independent reference devices */
     return BURNC_OK;
 }
 

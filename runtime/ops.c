@@ -6,18 +6,26 @@
 #include "rt.h"
 
 /* ---- Checks ---- */
+/* The public name of an op, for messages only (formatted when an error is reported, never on
+ * the recording path). */
+static const char *pname(ir_op op, bool scalar)
+{
+    static _Thread_local char buf[64];
+    snprintf(buf, sizeof buf, "burnc_%s%s", ir_op_name(op), scalar ? "_scalar" : "");
+    return buf;
+}
 static char *shape_of(char *buf, size_t cap, const burnc_tensor_t *t)
 {
     return (char *)rt_shape_str(buf, cap, t->view.rank, t->view.shape);
 }
 
-static rt_device *same_device(const char *op, burnc_tensor_t *const *ts, int n)
+static rt_device *same_device(ir_op op, burnc_tensor_t *const *ts, int n)
 {
     rt_device *dev = ts[0]->st->dev;
     for (int i = 1; i < n; i++)
         if (ts[i]->st->dev != dev) {
             rt_fail(BURNC_ERR_DEVICE_MISMATCH, "%s: operands live on %s and %s; move one with burnc_tensor_to_device",
-                    op, dev->spec, ts[i]->st->dev->spec);
+                    pname(op, false), dev->spec, ts[i]->st->dev->spec);
             return NULL;
         }
     return dev;
@@ -30,7 +38,7 @@ static burnc_status_t refuse_bool(const char *op, burnc_dtype_t dt)
     return BURNC_OK;
 }
 
-static burnc_status_t broadcast(const char *op, int n, burnc_tensor_t *const *ts, int *rank, int64_t *shape)
+static burnc_status_t broadcast(ir_op op, int n, burnc_tensor_t *const *ts, int *rank, int64_t *shape)
 {
     int r = 0;
     for (int i = 0; i < n; i++)
@@ -45,7 +53,7 @@ static burnc_status_t broadcast(const char *op, int n, burnc_tensor_t *const *ts
                 continue;
             if (shape[d] != 1) {
                 char a[200], b[200];
-                return rt_fail(BURNC_ERR_SHAPE, "%s: shapes %s and %s do not broadcast", op,
+                return rt_fail(BURNC_ERR_SHAPE, "%s: shapes %s and %s do not broadcast", pname(op, false),
                                shape_of(a, sizeof a, ts[0]), shape_of(b, sizeof b, ts[i]));
             }
             shape[d] = s;
@@ -105,13 +113,12 @@ static bool bool_result(ir_op op)
 static bool takes_bool(ir_op op) { return bool_result(op); }
 
 /* The dtype an element-wise op computes in, given its operands' promoted dtype. */
-static burnc_status_t compute_dtype(const char *op_name, ir_op op, rt_device *dev, burnc_dtype_t dt,
-                                    burnc_dtype_t *out)
+static burnc_status_t compute_dtype(ir_op op, bool scalar, rt_device *dev, burnc_dtype_t dt, burnc_dtype_t *out)
 {
     if (float_only(op) && !ir_dtype_is_float(dt))
         dt = dev->float_dtype;
-    else if (!takes_bool(op))
-        RT_TRY(refuse_bool(op_name, dt));
+    else if (!takes_bool(op) && dt == BURNC_DTYPE_BOOL)
+        return refuse_bool(pname(op, scalar), dt);
     *out = dt;
     return BURNC_OK;
 }
@@ -141,11 +148,9 @@ static burnc_tensor_t *record_elementwise(ir_op op, burnc_dtype_t compute, burnc
 
 static burnc_tensor_t *unary(ir_op op, burnc_tensor_t *x, const double *scalars, int nscalars)
 {
-    char name[64];
-    snprintf(name, sizeof name, "burnc_%s", ir_op_name(op));
     rt_device *dev = x->st->dev;
     burnc_dtype_t dt;
-    if (compute_dtype(name, op, dev, x->dtype, &dt) != BURNC_OK)
+    if (compute_dtype(op, false, dev, x->dtype, &dt) != BURNC_OK)
         return NULL;
     double conv[2];
     for (int i = 0; i < nscalars; i++)
@@ -161,15 +166,13 @@ static burnc_tensor_t *unary(ir_op op, burnc_tensor_t *x, const double *scalars,
 
 static burnc_tensor_t *binary(ir_op op, burnc_tensor_t *a, burnc_tensor_t *b)
 {
-    char name[64];
-    snprintf(name, sizeof name, "burnc_%s", ir_op_name(op));
     burnc_tensor_t *ts[2] = {a, b};
-    rt_device *dev = same_device(name, ts, 2);
+    rt_device *dev = same_device(op, ts, 2);
     int rank;
     int64_t shape[BURNC_MAX_RANK];
     burnc_dtype_t dt;
-    if (!dev || broadcast(name, 2, ts, &rank, shape) != BURNC_OK ||
-        compute_dtype(name, op, dev, ir_promote(a->dtype, b->dtype), &dt) != BURNC_OK)
+    if (!dev || broadcast(op, 2, ts, &rank, shape) != BURNC_OK ||
+        compute_dtype(op, false, dev, ir_promote(a->dtype, b->dtype), &dt) != BURNC_OK)
         return NULL;
     burnc_tensor_t *c[2] = {rt_cast(a, dt), NULL};
     c[1] = c[0] ? rt_cast(b, dt) : NULL;
@@ -184,10 +187,8 @@ static burnc_tensor_t *binary(ir_op op, burnc_tensor_t *a, burnc_tensor_t *b)
 
 static burnc_tensor_t *binary_scalar(ir_op op, burnc_tensor_t *a, double s)
 {
-    char name[64];
-    snprintf(name, sizeof name, "burnc_%s_scalar", ir_op_name(op));
     burnc_dtype_t dt;
-    if (compute_dtype(name, op, a->st->dev, a->dtype, &dt) != BURNC_OK)
+    if (compute_dtype(op, true, a->st->dev, a->dtype, &dt) != BURNC_OK)
         return NULL;
     double conv = ir_scalar_to_dtype(s, dt);
     burnc_tensor_t *c = rt_cast(a, dt);
@@ -244,10 +245,10 @@ BURNC_BINARY_OPS(X)
 static burnc_tensor_t *where(burnc_tensor_t *cond, burnc_tensor_t *a, burnc_tensor_t *b)
 {
     burnc_tensor_t *ts[3] = {cond, a, b};
-    rt_device *dev = same_device("burnc_where", ts, 3);
+    rt_device *dev = same_device(IR_OP_WHERE, ts, 3);
     int rank;
     int64_t shape[BURNC_MAX_RANK];
-    if (!dev || broadcast("burnc_where", 3, ts, &rank, shape) != BURNC_OK)
+    if (!dev || broadcast(IR_OP_WHERE, 3, ts, &rank, shape) != BURNC_OK)
         return NULL;
     burnc_dtype_t dt = ir_promote(a->dtype, b->dtype);
     burnc_tensor_t *c[3] = {cond, rt_cast(a, dt), NULL};
@@ -295,10 +296,7 @@ burnc_tensor_t *burnc_cast(burnc_tensor_t *x, burnc_dtype_t dtype)
 /* ---- Reductions ---- */
 static burnc_tensor_t *reduce(ir_op op, burnc_tensor_t *x, uint32_t mask, bool keepdim, double correction)
 {
-    const char *name = NULL;
-    char buf[64];
-    snprintf(buf, sizeof buf, "burnc_%s", ir_op_name(op));
-    name = buf;
+    const char *name = pname(op, false);
     rt_device *dev = x->st->dev;
     burnc_dtype_t dt = x->dtype;
     switch (op) {
@@ -367,8 +365,7 @@ burnc_tensor_t *rt_reduce(ir_op op, burnc_tensor_t *x, uint32_t mask, bool keepd
 static burnc_tensor_t *reduce_public(ir_op op, burnc_tensor_t *x, int naxes, const int *axes, bool keepdim,
                                      double correction)
 {
-    char name[64];
-    snprintf(name, sizeof name, "burnc_%s", ir_op_name(op));
+    const char *name = pname(op, false);
     uint32_t mask;
     if (rt_axes_mask(name, naxes, axes, x->view.rank, &mask) != BURNC_OK)
         return NULL;
@@ -404,8 +401,7 @@ burnc_tensor_t *burnc_std(burnc_tensor_t *x, int naxes, const int *axes, double 
 
 static burnc_tensor_t *arg_reduce(ir_op op, burnc_tensor_t *x, int axis, bool keepdim)
 {
-    char name[64];
-    snprintf(name, sizeof name, "burnc_%s", ir_op_name(op));
+    const char *name = pname(op, false);
     int a;
     if (x->view.rank == 0) {
         rt_fail(BURNC_ERR_AXIS, "%s: a rank-0 tensor has no axis %d", name, axis);
@@ -451,7 +447,7 @@ static burnc_tensor_t *matmul(burnc_tensor_t *a, burnc_tensor_t *b)
 {
     const char *name = "burnc_matmul";
     burnc_tensor_t *ts[2] = {a, b};
-    rt_device *dev = same_device(name, ts, 2);
+    rt_device *dev = same_device(IR_OP_MATMUL, ts, 2);
     if (!dev)
         return NULL;
     char sa[200], sb[200];
