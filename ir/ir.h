@@ -38,7 +38,8 @@ const char *ir_dtype_name(burnc_dtype_t dt); /* "f32", ...; "invalid" otherwise 
 bool ir_dtype_valid(burnc_dtype_t dt);       /* one of the eight storage dtypes */
 bool ir_dtype_is_float(burnc_dtype_t dt);    /* f32 f64 f16 bf16 */
 bool ir_dtype_is_int(burnc_dtype_t dt);      /* i32 i64 u8 (not bool) */
-/* The dtype binary ops between a and b compute in (see the public header). */
+/* The dtype binary ops between a and b compute in (see the public header); DEFAULT when either
+ * is not a storage dtype. */
 burnc_dtype_t ir_promote(burnc_dtype_t a, burnc_dtype_t b);
 
 /* IEEE binary16 and bfloat16 conversions; from double they round once (no double rounding). */
@@ -58,7 +59,10 @@ int64_t ir_load_i(const void *p, burnc_dtype_t dt);
 void ir_store_f(void *p, burnc_dtype_t dt, double v);
 void ir_store_i(void *p, burnc_dtype_t dt, int64_t v);
 /* A scalar converted to the dtype and back (what _scalar ops and full() use): rounds for
- * floats, truncates and saturates for integers, 0/1 for bool. */
+ * floats, truncates and saturates for integers, 0/1 for bool; v itself for an invalid dtype.
+ * The saturated i64 maximum comes back as the double 2^63 (INT64_MAX has no double): turn it
+ * into an integer with ir_load_i(&v, BURNC_DTYPE_F64), which saturates, never with a C cast.
+ * Bool loads give 1 for any nonzero byte. */
 double ir_scalar_to_dtype(double v, burnc_dtype_t dt);
 
 /* ---- Scalar semantics of element-wise ops (ir/scalar.c) ---------------------------------- */
@@ -81,7 +85,8 @@ void ir_philox4x32(uint64_t counter, uint64_t key, uint32_t out[4]);
  * (w0 >> 21) * 2^-11; bf16 (w0 >> 24) * 2^-8: exact in the dtype, never 1.0.
  * normal (Box-Muller, computed in double, the caller rounds once): f64 u1 = (((w1:w0) >> 11)
  * + 1) * 2^-53, u2 = ((w3:w2) >> 11) * 2^-53; other dtypes u1 = ((w0 >> 8) + 1) * 2^-24,
- * u2 = (w2 >> 8) * 2^-24; z = sqrt(-2 log u1) * cos(2 pi u2). */
+ * u2 = (w2 >> 8) * 2^-24; z = sqrt(-2 log u1) * cos(2 pi u2). A non-float dtype uses the
+ * f32 recipe. */
 double ir_rand_uniform(uint64_t key, uint64_t offset, uint64_t i, burnc_dtype_t dt);
 double ir_rand_normal(uint64_t key, uint64_t offset, uint64_t i, burnc_dtype_t dt);
 
