@@ -1,0 +1,59 @@
+/* The interface between the CPU runtime and the LLVM code generator.
+ *
+ * The generator lives in a shared module (codegen/llvm_cpu.c, built as burnc-llvm.so beside
+ * libburnc) that links libLLVM-19; libburnc opens it with dlopen only when something must be
+ * compiled (DESIGN.md: a process that never compiles never loads LLVM). Compiled kernels are
+ * also written to the disk cache as relocatable objects, which codegen/objload.c maps into a
+ * fresh process without LLVM. */
+#ifndef BURNC_CG_H
+#define BURNC_CG_H
+
+#include "kernel.h"
+
+/* A compiled CPU kernel: plain functions over kir_args.
+ *  rows:   runs rows [begin, end) completely (stages, element stores, row stores). For a kernel
+ *          without reduced axes a "row" is one position of the domain in row-major order, so
+ *          rows(args, 0, numel) runs the whole kernel.
+ *  leaves: only for kernels with exactly one stage and no element stores: the results of
+ *          leaves [leaf_begin, leaf_end) of `row` (value in vals[i]; for ARG combiners the
+ *          value in vals[i] and its position within the row in pos[i], pos may be NULL
+ *          otherwise). The caller combines leaves in the order of kernel.h and calls finish.
+ *  finish: the row stores of `row` given every stage's result for it (ARG stages: the
+ *          position as .i).
+ * Each may be NULL when the kernel does not need it (leaves and finish for element-wise
+ * kernels). All are safe to call from several threads on disjoint rows. */
+typedef struct cg_cpu_kernel {
+    void (*rows)(const kir_args *a, int64_t begin, int64_t end);
+    void (*leaves)(const kir_args *a, int64_t row, int64_t leaf_begin, int64_t leaf_end, kir_scalar *vals,
+                   int64_t *pos);
+    void (*finish)(const kir_args *a, int64_t row, const kir_scalar *stage_results);
+    void *impl; /* owned by whoever made it (the JIT or the object loader) */
+} cg_cpu_kernel;
+
+/* What the LLVM module exports, as one table found with dlsym("burnc_llvm_api"). */
+enum { CG_LLVM_ABI = 1 };
+typedef struct cg_llvm_api {
+    int abi;          /* CG_LLVM_ABI */
+    const char *llvm_version;
+    /* The host's CPU name and feature string, for cache keys. */
+    const char *(*host_cpu)(void);
+    /* Compiles k for the host: fills out (functions callable until release) and, if obj is not
+     * NULL, a malloc'ed relocatable object holding the same code (*obj, *obj_size) for the disk
+     * cache. On failure returns false with the reason in err. */
+    bool (*compile_cpu)(const kir_kernel *k, cg_cpu_kernel *out, void **obj, size_t *obj_size, char *err,
+                        size_t err_cap);
+    void (*release_cpu)(cg_cpu_kernel *k);
+} cg_llvm_api;
+
+/* Loads a relocatable x86-64 ELF object made by compile_cpu (codegen/objload.c): maps its
+ * sections, applies its relocations (external symbols through dlsym) and finds the kernel's
+ * functions. False with a reason when the object is damaged or foreign. */
+bool cg_object_load(const void *obj, size_t size, cg_cpu_kernel *out, char *err, size_t err_cap);
+void cg_object_release(cg_cpu_kernel *k);
+
+/* The symbol names compile_cpu gives the three functions inside an object. */
+#define CG_SYM_ROWS "burnc_k_rows"
+#define CG_SYM_LEAVES "burnc_k_leaves"
+#define CG_SYM_FINISH "burnc_k_finish"
+
+#endif
