@@ -48,7 +48,8 @@
  * Dtypes and promotion. Binary ops between two tensors compute in the promoted dtype:
  *   bool < u8 < i32 < i64 < (f16, bf16) < f32 < f64, where f16 with bf16 gives f32.
  * A plain C scalar (the _scalar forms, clamp bounds, full values) never widens a tensor's dtype:
- * the scalar is converted to the tensor's dtype (for integer tensors: truncated toward zero,
+ * the scalar is converted to the dtype the op computes in: the tensor's dtype, or the default
+ * float dtype for float-only ops on integer tensors (for integer dtypes: truncated toward zero,
  * saturated to the dtype's range). f16 and bf16 are stored as such (host data: IEEE binary16 and
  * bfloat16 bit patterns in uint16_t); every op computes in at least f32 and rounds its result
  * back to the dtype, rounding to nearest, ties to even.
@@ -56,9 +57,11 @@
  * Python's //) and remainder takes the sign of the divisor; dividing by zero gives 0 for both.
  * Integer pow with a negative exponent gives 0 (1 for base 1, +-1 for base -1).
  * Float-to-integer casts truncate toward zero, saturate at the dtype's bounds, and map NaN to 0;
- * casts to bool test != 0 (NaN is true). Arithmetic ops refuse bool tensors
- * (BURNC_ERR_UNSUPPORTED_DTYPE: cast first). Float math functions (exp, sin, ...) given an
- * integer or bool tensor compute in the device's default float dtype.
+ * casts to bool test != 0 (NaN is true); integer-to-integer casts wrap. Arithmetic ops refuse
+ * bool operands when the promoted dtype is bool (BURNC_ERR_UNSUPPORTED_DTYPE: cast first; bool
+ * with an integer promotes like numpy). Float math functions (exp exp2 expm1 log log2 log1p sqrt
+ * rsqrt reciprocal sin cos tan tanh sigmoid gelu silu erf atan2) given integer or bool operands
+ * compute in the device's default float dtype.
  */
 #ifndef BURNC_H
 #define BURNC_H
@@ -391,8 +394,11 @@ BURNC_API burnc_tensor_t *burnc_stack(int n, burnc_tensor_t *const *xs, int axis
 /* Pads with a constant: pads[2*i] before and pads[2*i+1] after axis i, for every axis
  * (negative pads crop). */
 BURNC_API burnc_tensor_t *burnc_pad(burnc_tensor_t *x, const int64_t *pads, double value);
-/* Rows of x along axis picked by idx (1-D, i32 or i64; negative counts from the end). An index
- * out of range fails at run time with BURNC_ERR_INDEX. */
+/* Index ops take i32 or i64 indices; a negative index counts from the end of its axis (once);
+ * an index still out of range fails at run time with BURNC_ERR_INDEX, reported by the read or
+ * sync that runs the op. Ops with an axis refuse rank-0 tensors (BURNC_ERR_AXIS), like argmax,
+ * argmin, softmax and log_softmax.
+ * index_select: rows of x along axis picked by idx (1-D). */
 BURNC_API burnc_tensor_t *burnc_index_select(burnc_tensor_t *x, int axis, burnc_tensor_t *idx);
 /* torch.gather: out[i][j] = x[idx[i][j]][j] for axis 0, and so on; idx has x's rank, its sizes
  * no larger than x's on the other axes; out has idx's shape. */
