@@ -15,8 +15,8 @@
  *     element stores: evaluated at every position of the row's reduced sub-domain (for an
  *              element-wise kernel: at every position of the domain);
  *     row stores: evaluated once per row (their values may not depend on reduced positions).
- *   Rows are independent: GPUs give a row to a cooperative group of threads, the CPU splits rows
- *   (or, for few long rows, leaves) across its threads.
+ *   Rows are independent: GPUs give a row's leaves to warps of a cooperative group, the CPU
+ *   splits rows (or, for few long rows, leaves) across its threads.
  *
  * Values
  *   `insts` is an SSA list: an instruction's operands are earlier instructions. Every op rounds
@@ -28,12 +28,17 @@
  * Reduction order (DESIGN.md, Numerics): the row's reduced positions are numbered 0..n-1 in
  * row-major order of the reduced axes. They are cut into leaves of KIR_LEAF positions (the last
  * one shorter). Within a leaf, position j feeds lane j % KIR_LANES; each lane combines its values
- * in increasing position order, starting from the combiner's identity; the lanes are then combined
- * by a pairwise tree (lane 2i with 2i+1, then pairs of pairs, ...). The leaf results are combined
- * by the same pairwise tree over leaves (an odd last element is carried up unchanged). ARGMAX and
- * ARGMIN keep the first position of the extreme (a NaN counts as the extreme, the first NaN wins),
- * which this order preserves. The result depends only on the values and n: not on threads, the
- * backend, or tuning.
+ * in increasing position order, starting from the combiner's identity (SUM +0.0, PROD 1, MAX
+ * -inf or the type's minimum, MIN +inf or its maximum); the lanes are then combined by a
+ * pairwise tree (lane 2i with 2i+1, then pairs of pairs, ...). The leaf results are combined by
+ * the same pairwise tree over leaves (an odd last element is carried up unchanged, which equals
+ * padding with the identity: a row's leaves may therefore be split at power-of-two-aligned
+ * boundaries across threads, blocks or launches and combined later with the same result).
+ * ARGMAX and ARGMIN keep the first position of the extreme (a NaN counts as the extreme, the
+ * first NaN wins), which this order preserves. The result depends only on the values and n: not
+ * on threads, the backend, or tuning.
+ * On GPUs a leaf maps to a warp (lanes = threads, the lane tree = 5 shuffles; checked on the
+ * H200, see scripts/gpu/NOTES.md); rows that do not fit on chip re-read the row per stage. 
  */
 #ifndef BURNC_KERNEL_H
 #define BURNC_KERNEL_H
