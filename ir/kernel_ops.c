@@ -329,10 +329,10 @@ int32_t kir_rand_normal(kir_kernel *k, int32_t key, int32_t offset, int32_t inde
     if (!rand_block(k, key, offset, index, w))
         return -1;
     bool f64 = dt == BURNC_DTYPE_F64;
-    kir_type t = f64 ? KIR_F64 : KIR_F32;
-    /* u1 in (0, 1] so the log is finite. */
-    int32_t u1 = f64 ? top53_fraction(k, w[0], w[1], 1) : word_fraction(k, w[0], 8, 1, 24);
-    int32_t u2 = f64 ? top53_fraction(k, w[2], w[3], 0) : word_fraction(k, w[2], 8, 0, 24);
+    kir_type t = KIR_F64; /* like the reference: Box-Muller in double, rounded once by the caller */
+    /* u1 in (0, 1] so the log is finite; the 24-bit fractions are exact in F64. */
+    int32_t u1 = f64 ? top53_fraction(k, w[0], w[1], 1) : un(k, KIR_CONVERT, t, word_fraction(k, w[0], 8, 1, 24));
+    int32_t u2 = f64 ? top53_fraction(k, w[2], w[3], 0) : un(k, KIR_CONVERT, t, word_fraction(k, w[2], 8, 0, 24));
     int32_t radius = un(k, KIR_SQRT, t, bin(k, KIR_MUL, t, cst(k, t, -2.0), kir_log(k, u1)));
     int32_t angle = bin(k, KIR_MUL, t, cst(k, t, TWO_PI), u2);
     return bin(k, KIR_MUL, t, radius, kir_cos(k, angle));

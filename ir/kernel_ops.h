@@ -30,13 +30,12 @@ bool kir_philox_block(kir_kernel *k, int32_t counter, int32_t key, int32_t out[4
 int32_t kir_rand_uniform(kir_kernel *k, int32_t key, int32_t offset, int32_t index, burnc_dtype_t dt);
 
 /* Element `index` of a randn draw: ir_rand_normal's u1 and u2 bit for bit, then Box-Muller
- * z = sqrt(-2 log u1) * cos(2 pi u2) computed in the result type (F64 for f64, F32
- * otherwise) with kir_log and kir_cos. It cannot equal ir_rand_normal (computed in double)
- * bitwise: the f32 result differs from the double one rounded to f32 by the errors of
- * kir_log and kir_cos plus four f32 roundings, and cos's argument 2 pi u2 carries an
- * absolute error up to 2 pi * 2^-24, amplified by |sqrt(-2 log u1)| <= 5.8. Expected bound:
- * |z - ref| <= 8 ulp(|z|) + 4e-6 for f32 (f16/bf16 then round that once more), and
- * 8 ulp(|z|) + 8e-15 for f64 (tests/test_kernel.c checks these). */
+ * z = sqrt(-2 log u1) * cos(2 pi u2) computed in F64 for every dtype (like the reference),
+ * with kir_log and kir_cos; the result is F64 and the caller rounds it once to the dtype. It
+ * differs from ir_rand_normal (glibc in double) only by kir_log's and kir_cos's errors (<= 1
+ * ulp of f64 each) and four roundings: a few ulps of f64, so f32, f16 and bf16 results equal
+ * the reference's except where the double result lies within that distance of a rounding
+ * boundary. Expected bound: |z - ref| <= 8 ulp(|z|) + 8e-15 in f64. */
 int32_t kir_rand_normal(kir_kernel *k, int32_t key, int32_t offset, int32_t index, burnc_dtype_t dt);
 
 #endif

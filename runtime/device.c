@@ -8,21 +8,13 @@
 #include "burnc_config.h"
 #include "rt.h"
 
-/* Backends that are not compiled in: they enumerate nothing and refuse to open with a reason.
- * Their issues replace these with real tables in runtime/<kind>/. */
+/* Backends that are not written yet (cuda, vulkan): they enumerate nothing and refuse to open
+ * with a reason. Their issues replace these with real tables in runtime/<kind>/. */
 static int none_enumerate(burnc_device_info_t *out, int cap)
 {
     (void)out;
     (void)cap;
     return 0;
-}
-
-static burnc_status_t cpu_open(rt_device *dev, int index)
-{
-    (void)index;
-    return rt_fail(BURNC_ERR_UNAVAILABLE,
-                   "burnc_device_open: %s: the cpu backend (LLVM 19 JIT) is not part of burnc %s yet; "
-                   "use \"ref\"", dev->spec, BURNC_VERSION);
 }
 
 /* Says which part is missing: the driver library, or burnc's backend. */
@@ -51,15 +43,13 @@ static burnc_status_t vulkan_open(rt_device *dev, int index)
     return missing_open(dev, "libvulkan.so.1", "no Vulkan loader");
 }
 
-static const rt_backend cpu_backend = {.kind = "cpu", .type = BURNC_DEVICE_CPU, .enumerate = none_enumerate,
-                                       .open = cpu_open};
 static const rt_backend cuda_backend = {.kind = "cuda", .type = BURNC_DEVICE_CUDA, .enumerate = none_enumerate,
                                         .open = cuda_open};
 static const rt_backend vulkan_backend = {.kind = "vulkan", .type = BURNC_DEVICE_VULKAN,
                                           .enumerate = none_enumerate, .open = vulkan_open};
 
 /* In the order of preference for the default device (DESIGN.md). */
-static const rt_backend *const backends[] = {&cuda_backend, &vulkan_backend, &cpu_backend, &rt_ref_backend};
+static const rt_backend *const backends[] = {&cuda_backend, &vulkan_backend, &rt_cpu_backend, &rt_ref_backend};
 enum { N_BACKENDS = sizeof backends / sizeof backends[0] };
 
 static mtx_t registry_lock;
@@ -101,8 +91,8 @@ static burnc_status_t parse_spec(const char *spec, const rt_backend **out_be, in
         snprintf(norm, cap, "%s", spec); /* a selector the Vulkan backend resolves */
     else
         snprintf(norm, cap, "%s:%d", be->kind, (int)index);
-    if (be == &rt_ref_backend && index == 0)
-        snprintf(norm, cap, "ref"); /* ref:N (N > 0) are further, independent reference devices */
+    if ((be == &rt_ref_backend || be == &rt_cpu_backend) && index == 0)
+        snprintf(norm, cap, "%s", be->kind); /* ref:N (N > 0) are further, independent ref devices */
     return BURNC_OK;
 }
 

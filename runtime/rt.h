@@ -6,6 +6,7 @@
 #include <threads.h>
 
 #include "ir.h"
+#include "kernel.h"
 
 typedef struct burnc_device rt_device;
 typedef struct rt_kernel rt_kernel; /* backend-defined: a compiled group, launched many times */
@@ -50,9 +51,35 @@ typedef struct rt_backend {
     burnc_status_t (*sync)(rt_device *dev);
     /* A stable string naming the hardware and its driver, for cache keys. */
     void (*fingerprint)(rt_device *dev, char *out, size_t cap);
+
+    /* ---- Fusing backends (NULL in a backend that runs records one by one, like ref) ----
+     * The flush partitions the batch with fusion/ and runs every non-opaque group through
+     * these; opaque groups (matmul, cat, pad, index ops) still go through compile/launch. */
+    /* The compiled form of kernel `k` whose kir_hash is `key`: the backend keeps compiled
+     * kernels by structure (memory, then its disk cache), so the same structure compiles once
+     * per device. The kernel belongs to the device and lives until it closes. */
+    burnc_status_t (*compile_kernel)(rt_device *dev, const kir_kernel *k, uint64_t key, rt_kernel **out);
+    /* Launches a compiled kernel. `args` holds the values of this launch (extents, offsets,
+     * strides, scalars); its inputs/outputs addresses are ignored: the backend takes them from
+     * ins[0..n_inputs) and outs[0..n_outputs). The backend copies what it keeps, so every
+     * array may be freed on return. May return before the work is done (see sync). */
+    burnc_status_t (*launch_kernel)(rt_device *dev, rt_kernel *k, const kir_args *args, rt_buffer *const *ins,
+                                    rt_buffer *const *outs);
+    /* Whether flushes fuse (false: eager, one kernel per record). Starts from BURNC_FUSION
+     * (rt_fusion_default) at open; burnc_device_set_fusion changes it. */
+    bool (*fusion_enabled)(rt_device *dev);
+    void (*set_fusion)(rt_device *dev, bool enabled);
 } rt_backend;
 
 extern const rt_backend rt_ref_backend;
+extern const rt_backend rt_cpu_backend;
+
+/* Runs one record synchronously with the reference kernels (runtime/ref/run.c), for backends
+ * that execute opaque records (matmul, cat, pad, index ops) on the host: bufs[k] is input k's
+ * buffer (k < rec->n_in), bufs[rec->n_in] the output's; every buffer needs a host address.
+ * Only the record's values are read, never its storages. BURNC_OK or a status set through
+ * rt_fail (BURNC_ERR_INDEX for an index out of range). Thread safe. */
+burnc_status_t rt_ref_run_record(const ir_record *rec, rt_buffer *const *bufs);
 
 /* Size-class pool of one device's buffers. */
 typedef struct rt_pool {
@@ -176,6 +203,12 @@ burnc_tensor_t *rt_record_commit(rt_device *dev, ir_record *r);
 void rt_record_abort(rt_device *dev, ir_record *r);
 /* Runs every pending record of dev. */
 burnc_status_t rt_flush(rt_device *dev);
+/* Whether a fusing device starts with fusion on: false when BURNC_FUSION is "0", "off" or "false". */
+bool rt_fusion_default(void);
+/* For each output slot of k, the input slots its stored values depend on (bit s: input s), so
+ * that a failed input poisons only the outputs computed from it: a fused kernel may also
+ * compute values that do not read it. All bits when memory is short. */
+void rt_kir_output_deps(const kir_kernel *k, uint32_t out[KIR_MAX_OUTPUTS]);
 void rt_stream_free(rt_stream *s);
 void rt_kernels_free(rt_device *dev);
 

@@ -1,7 +1,13 @@
-/* The lazy stream: records appended under the device lock, run in order at flush. */
+/* The lazy stream and the flush pipeline. Records are appended under the device lock; a flush
+ * takes the whole batch, decides which outputs are needed, and runs it: record by record
+ * through compile/launch (the ref device), or, for a fusing backend, as the kernels of a fusion
+ * plan (fusion/), opaque records still going through compile/launch. */
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fusion/fusion.h"
 #include "rt.h"
 
 /* Pending records after which recording flushes by itself, counted from the last flush so
@@ -79,9 +85,26 @@ void rt_record_abort(rt_device *dev, ir_record *r)
     mtx_unlock(&dev->lock);
 }
 
+static bool shape_overflows(int rank, const int64_t *shape, size_t esize)
+{
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++)
+        if (__builtin_mul_overflow(n, shape[d], &n))
+            return true;
+    return __builtin_mul_overflow(n, (int64_t)esize, &n);
+}
+
 burnc_tensor_t *rt_record_commit(rt_device *dev, ir_record *r)
 {
     rt_stream *s = &dev->stream;
+    if (shape_overflows(r->out_rank, r->out_shape, ir_dtype_size(r->dtype))) {
+        /* a result past 2^63 elements or bytes (broadcasts and reductions of huge views) */
+        char name[48];
+        snprintf(name, sizeof name, "burnc_%s", ir_op_name(r->op));
+        rt_record_abort(dev, r);
+        rt_check_shape(name, r->out_rank, r->out_shape, r->dtype);
+        return NULL;
+    }
     size_t bytes = (size_t)ir_numel(r->out_rank, r->out_shape) * ir_dtype_size(r->dtype);
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 256;
@@ -104,11 +127,17 @@ burnc_tensor_t *rt_record_commit(rt_device *dev, ir_record *r)
     r->out = st; /* the record owns the storage's first reference */
     s->recs[s->n++] = r;
     int pending = s->n;
-    mtx_unlock(&dev->lock);
-
+    /* Once unlocked, another thread's flush may run the record and free it: take what the
+     * handle needs now, and the handle's reference too, so that flush sees the output as
+     * needed (and cannot free the storage) before the handle exists. */
     ir_view v;
     ir_view_dense(&v, r->out_rank, r->out_shape);
-    burnc_tensor_t *t = rt_tensor_new(st, r->dtype, &v);
+    burnc_dtype_t dtype = r->dtype;
+    rt_storage_retain(st);
+    mtx_unlock(&dev->lock);
+
+    burnc_tensor_t *t = rt_tensor_new(st, dtype, &v);
+    rt_storage_release(st);
     if (t && pending >= AUTO_FLUSH_RECORDS) {
         rt_error_state saved;
         rt_error_save(&saved);
@@ -171,7 +200,18 @@ void rt_kernels_free(rt_device *dev)
 static void poison(rt_storage *st, burnc_status_t code, const char *msg)
 {
     st->poison = code;
+    free(st->poison_msg);
     st->poison_msg = strdup(msg);
+}
+
+/* A failure while running: the outputs are poisoned and sync reports it. */
+static void fail_outputs(rt_device *dev, rt_storage *const *outs, int n, const char *what, burnc_status_t s)
+{
+    const char *msg = burnc_error_message();
+    for (int j = 0; j < n; j++)
+        poison(outs[j], s, msg);
+    rt_device_set_error(dev, s, msg);
+    rt_log("runtime", "%s failed: %s", what, msg);
 }
 
 static void run_record(rt_device *dev, ir_record *r)
@@ -195,11 +235,269 @@ static void run_record(rt_device *dev, ir_record *r)
     }
     if (s == BURNC_OK)
         s = dev->be->launch(dev, k, &g, &rec_bufs);
-    if (s != BURNC_OK) {
-        poison(r->out, s, burnc_error_message());
-        rt_device_set_error(dev, s, burnc_error_message());
-        rt_log("runtime", "%s failed: %s", ir_op_name(r->op), burnc_error_message());
+    if (s != BURNC_OK)
+        fail_outputs(dev, &r->out, 1, ir_op_name(r->op), s);
+}
+
+/* ---- Which outputs are needed ---- */
+
+/* The batch's output storages by address, to find the record that produces an input. */
+typedef struct producers {
+    int cap;   /* a power of two */
+    int *slot; /* record index + 1; 0 when empty */
+} producers;
+
+static size_t ptr_hash(const void *p)
+{
+    uint64_t h = (uint64_t)(uintptr_t)p * UINT64_C(0x9e3779b97f4a7c15);
+    return (size_t)(h >> 32);
+}
+
+static bool producers_build(producers *m, ir_record *const *recs, int n)
+{
+    m->cap = 16;
+    while (m->cap < 2 * n)
+        m->cap *= 2;
+    m->slot = calloc((size_t)m->cap, sizeof *m->slot);
+    if (!m->slot)
+        return false;
+    for (int i = 0; i < n; i++) {
+        size_t h = ptr_hash(recs[i]->out) & (size_t)(m->cap - 1);
+        while (m->slot[h])
+            h = (h + 1) & (size_t)(m->cap - 1);
+        m->slot[h] = i + 1;
     }
+    return true;
+}
+
+/* The index of the batch record that writes st, or -1. */
+static int producer_of(const producers *m, ir_record *const *recs, const rt_storage *st)
+{
+    for (size_t h = ptr_hash(st) & (size_t)(m->cap - 1); m->slot[h]; h = (h + 1) & (size_t)(m->cap - 1))
+        if (recs[m->slot[h] - 1]->out == st)
+            return m->slot[h] - 1;
+    return -1;
+}
+
+/* outside[i]: record i's output is used by something other than this batch's records: a
+ * tensor handle, or a record queued after the flush took the batch. A storage's references are
+ * its tensors, the record operands that read it and its producer's one, so the references left
+ * after the producer and this batch's readers are exactly those uses. The count is read once:
+ * a later record took its reference while its caller still held a tensor, so one of the two is
+ * always counted. live[i]: the record must run (needed outside, or read by a live record).
+ * Without memory for the analysis, every record is needed. */
+static void find_needed(ir_record *const *recs, int n, bool *outside, bool *live)
+{
+    producers m;
+    int *uses = calloc((size_t)n, sizeof *uses);
+    if (!uses || !producers_build(&m, recs, n)) {
+        free(uses);
+        for (int i = 0; i < n; i++)
+            outside[i] = live[i] = true;
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < recs[i]->n_in; k++) {
+            int j = producer_of(&m, recs, recs[i]->in[k].storage);
+            if (j >= 0)
+                uses[j]++;
+        }
+    for (int i = 0; i < n; i++)
+        outside[i] = live[i] = atomic_load(&recs[i]->out->refs) - 1 - uses[i] > 0;
+    for (int i = n - 1; i >= 0; i--) {
+        if (!live[i])
+            continue;
+        for (int k = 0; k < recs[i]->n_in; k++) {
+            int j = producer_of(&m, recs, recs[i]->in[k].storage);
+            if (j >= 0)
+                live[j] = true;
+        }
+    }
+    free(m.slot);
+    free(uses);
+}
+
+/* ---- Running a fusion plan ---- */
+
+bool rt_fusion_default(void)
+{
+    const char *env = getenv("BURNC_FUSION");
+    return !(env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0 || strcmp(env, "false") == 0));
+}
+
+burnc_status_t burnc_device_set_fusion(burnc_device_t *dev, bool enabled)
+{
+    if (!dev)
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "burnc_device_set_fusion: device is NULL");
+    /* what was recorded before the switch runs the way it was recorded */
+    RT_TRY(rt_flush(dev));
+    if (dev->be->set_fusion)
+        dev->be->set_fusion(dev, enabled);
+    return BURNC_OK;
+}
+
+void rt_kir_output_deps(const kir_kernel *k, uint32_t out[KIR_MAX_OUTPUTS])
+{
+    uint32_t *dep = k->n_insts > 0 ? calloc((size_t)k->n_insts, sizeof *dep) : NULL;
+    for (int o = 0; o < KIR_MAX_OUTPUTS; o++)
+        out[o] = dep || k->n_insts == 0 ? 0 : UINT32_MAX;
+    if (!dep)
+        return;
+    /* a stage's value may come after an instruction that reads its result: repeat until
+     * nothing changes (once per stage at most) */
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int i = 0; i < k->n_insts; i++) {
+            const kir_inst *in = &k->insts[i];
+            uint32_t d = 0;
+            if (in->op == KIR_LOAD)
+                d = 1u << in->a;
+            else if (in->op == KIR_REDUCED)
+                d = dep[k->stages[in->a].value];
+            else if (in->op >= KIR_NEG) {
+                d = dep[in->a];
+                if (in->op >= KIR_ADD)
+                    d |= dep[in->b];
+                if (in->op >= KIR_FMA)
+                    d |= dep[in->c];
+            }
+            changed |= d != dep[i];
+            dep[i] = d;
+        }
+    }
+    for (int s = 0; s < k->n_stores; s++)
+        out[k->stores[s].slot] |= dep[k->stores[s].value];
+    free(dep);
+}
+
+/* Inputs whose producer failed: outputs computed from them are poisoned, the others still
+ * run (a fused kernel may hold unrelated work). A failed input without a buffer gets one, of
+ * unspecified contents, so the kernel has something to read. False when no output is left. */
+static bool poison_from_inputs(rt_device *dev, const fus_group *g)
+{
+    const kir_kernel *k = &g->kernel;
+    uint32_t deps[KIR_MAX_OUTPUTS], failed = 0;
+    for (int i = 0; i < k->n_inputs; i++)
+        if (g->in_storage[i]->poison)
+            failed |= 1u << i;
+    if (!failed)
+        return true;
+    rt_kir_output_deps(k, deps);
+    int left = 0;
+    for (int j = 0; j < k->n_outputs; j++) {
+        uint32_t bad = deps[j] & failed;
+        if (!bad) {
+            left++;
+            continue;
+        }
+        const rt_storage *in = g->in_storage[__builtin_ctz(bad)];
+        poison(g->out_storage[j], in->poison, in->poison_msg ? in->poison_msg : "earlier failure");
+    }
+    for (int i = 0; i < k->n_inputs && left; i++) {
+        rt_storage *in = g->in_storage[i];
+        if ((failed >> i & 1) && !in->buf && rt_pool_alloc(dev, in->nbytes, &in->buf) != BURNC_OK) {
+            for (int j = 0; j < k->n_outputs; j++)
+                if (!g->out_storage[j]->poison)
+                    poison(g->out_storage[j], burnc_error_code(), burnc_error_message());
+            rt_device_set_error(dev, burnc_error_code(), burnc_error_message());
+            left = 0;
+        }
+    }
+    return left > 0;
+}
+
+static void run_group(rt_device *dev, const fus_group *g)
+{
+    const kir_kernel *k = &g->kernel;
+    rt_buffer *ins[KIR_MAX_INPUTS], *outs[KIR_MAX_OUTPUTS];
+    if (!poison_from_inputs(dev, g))
+        return;
+    burnc_status_t s = BURNC_OK;
+    for (int i = 0; i < k->n_inputs && s == BURNC_OK; i++)
+        if (!(ins[i] = g->in_storage[i]->buf))
+            s = rt_fail(BURNC_ERR_INTERNAL, "%s: input %d has no buffer", k->name, i);
+    for (int j = 0; j < k->n_outputs && s == BURNC_OK; j++) {
+        rt_storage *out = g->out_storage[j];
+        if (!out->buf)
+            s = rt_pool_alloc(dev, out->nbytes, &out->buf);
+        outs[j] = out->buf;
+    }
+    rt_kernel *compiled = NULL;
+    if (s == BURNC_OK)
+        s = dev->be->compile_kernel(dev, k, g->key, &compiled);
+    if (s == BURNC_OK) {
+        kir_args args = {.extents = g->extents, .in_offsets = g->in_offsets, .in_strides = g->in_strides,
+                         .out_offsets = g->out_offsets, .out_strides = g->out_strides, .scalars = g->scalars};
+        s = dev->be->launch_kernel(dev, compiled, &args, ins, outs);
+    }
+    if (s != BURNC_OK)
+        fail_outputs(dev, (rt_storage *const *)g->out_storage, k->n_outputs, k->name, s);
+}
+
+static void log_group(const rt_device *dev, const fus_plan *p, int gi, ir_record *const *recs)
+{
+    const fus_group *g = &p->groups[gi];
+    char ops[256];
+    size_t used = 0;
+    ops[0] = '\0';
+    for (int i = 0; i < g->n_recs && used < sizeof ops; i++)
+        used += (size_t)snprintf(ops + used, sizeof ops - used, "%s%s", i ? " " : "", ir_op_name(recs[g->recs[i]]->op));
+    if (g->opaque)
+        rt_log("fusion", "%s group %d/%d: %s (opaque), cut: %s", dev->spec, gi + 1, p->n_groups, ops, g->why_cut);
+    else
+        rt_log("fusion", "%s group %d/%d: %s, %d record%s (%s), %d input%s, %d output%s, cut: %s", dev->spec, gi + 1,
+               p->n_groups, g->kernel.name, g->n_recs, g->n_recs == 1 ? "" : "s", ops, g->kernel.n_inputs,
+               g->kernel.n_inputs == 1 ? "" : "s", g->kernel.n_outputs, g->kernel.n_outputs == 1 ? "" : "s",
+               g->why_cut);
+}
+
+/* BURNC_DUMP_DIR: the plan of every flush as <spec>-flush-<n>.dot. */
+static void dump_plan(const rt_device *dev, const fus_plan *p, ir_record *const *recs, int n)
+{
+    static atomic_int flushes;
+    const char *dir = getenv("BURNC_DUMP_DIR");
+    if (!dir || !*dir)
+        return;
+    char spec[sizeof dev->spec], path[PATH_MAX];
+    snprintf(spec, sizeof spec, "%s", dev->spec);
+    for (char *c = spec; *c; c++)
+        if (*c == ':')
+            *c = '-';
+    snprintf(path, sizeof path, "%s/%s-flush-%d.dot", dir, spec, atomic_fetch_add(&flushes, 1));
+    char *dot = fus_plan_dot(p, recs, n);
+    FILE *f = dot ? fopen(path, "w") : NULL;
+    if (f) {
+        fputs(dot, f);
+        fclose(f);
+    } else {
+        rt_log("fusion", "cannot write %s", path);
+    }
+    free(dot);
+}
+
+static void run_plan(rt_device *dev, ir_record *const *recs, int n, const bool *outside, const bool *live)
+{
+    fus_options opt = {.fuse = dev->be->fusion_enabled(dev)};
+    fus_plan plan;
+    burnc_status_t s = fus_partition(recs, n, outside, &opt, &plan);
+    if (s != BURNC_OK) {
+        /* nothing runs: every output something needs reports the failure */
+        rt_fail(s, "%s: %s", dev->spec, plan.error[0] ? plan.error : "fusion failed");
+        for (int i = 0; i < n; i++)
+            if (live[i])
+                fail_outputs(dev, &recs[i]->out, 1, "fusion", s);
+        return;
+    }
+    dump_plan(dev, &plan, recs, n);
+    for (int gi = 0; gi < plan.n_groups; gi++) {
+        const fus_group *g = &plan.groups[gi];
+        log_group(dev, &plan, gi, recs);
+        if (g->opaque)
+            run_record(dev, recs[g->recs[0]]);
+        else
+            run_group(dev, g);
+    }
+    fus_plan_free(&plan);
 }
 
 burnc_status_t rt_flush(rt_device *dev)
@@ -210,29 +508,36 @@ burnc_status_t rt_flush(rt_device *dev)
     memset(&dev->stream, 0, sizeof dev->stream);
     mtx_unlock(&dev->lock);
 
-    /* Run a record only when a handle or a live later record needs its output. */
-    for (int i = batch.n - 1; i >= 0; i--) {
-        ir_record *r = batch.recs[i];
-        if (!r->out->needed && atomic_load(&r->out->holders) == 0)
-            continue;
-        r->out->needed = true;
-        for (int k = 0; k < r->n_in; k++)
-            r->in[k].storage->needed = true;
-    }
     int ran = 0;
+    bool *flags = batch.n ? malloc(2 * (size_t)batch.n * sizeof *flags) : NULL;
+    if (batch.n && !flags) {
+        /* without memory to plan, fall back to running everything, one record at a time */
+        for (int i = 0; i < batch.n; i++)
+            run_record(dev, batch.recs[i]);
+        ran = batch.n;
+    } else if (batch.n) {
+        bool *outside = flags, *live = flags + batch.n;
+        find_needed(batch.recs, batch.n, outside, live);
+        for (int i = 0; i < batch.n; i++)
+            ran += live[i];
+        if (dev->be->compile_kernel) {
+            run_plan(dev, batch.recs, batch.n, outside, live);
+        } else {
+            for (int i = 0; i < batch.n; i++)
+                if (live[i])
+                    run_record(dev, batch.recs[i]);
+        }
+    }
     for (int i = 0; i < batch.n; i++) {
         ir_record *r = batch.recs[i];
-        if (r->out->needed) {
-            run_record(dev, r);
-            ran++;
-        }
         r->out->producer = NULL;
         for (int k = 0; k < r->n_in; k++)
             rt_storage_release(r->in[k].storage);
         rt_storage_release(r->out);
     }
+    free(flags);
     if (batch.n)
-        rt_log("runtime", "%s: flushed %d records, ran %d", dev->spec, batch.n, ran);
+        rt_log("runtime", "%s: flushed %d records, %d needed", dev->spec, batch.n, ran);
     rt_stream_free(&batch);
     mtx_unlock(&dev->exec_lock);
     return BURNC_OK;

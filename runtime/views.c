@@ -140,7 +140,8 @@ static burnc_tensor_t *permute(burnc_tensor_t *x, int rank, const int *perm)
 {
     const char *op = "burnc_permute";
     if (rank != x->view.rank || (rank && !perm)) {
-        rt_fail(BURNC_ERR_AXIS, "burnc_permute: %d axes given for a tensor of rank %d", rank, x->view.rank);
+        rt_fail(BURNC_ERR_INVALID_ARGUMENT, "burnc_permute: %d axes given for a tensor of rank %d", rank,
+                x->view.rank);
         return NULL;
     }
     ir_view v = x->view;
@@ -150,7 +151,7 @@ static burnc_tensor_t *permute(burnc_tensor_t *x, int rank, const int *perm)
         if (rt_axis(op, perm[d], rank, &a) != BURNC_OK)
             return NULL;
         if (seen[a]) {
-            rt_fail(BURNC_ERR_AXIS, "burnc_permute: axis %d appears twice", a);
+            rt_fail(BURNC_ERR_INVALID_ARGUMENT, "burnc_permute: axis %d appears twice", a);
             return NULL;
         }
         seen[a] = true;
@@ -203,6 +204,8 @@ burnc_tensor_t *rt_expand_view(burnc_tensor_t *x, int rank, const int64_t *shape
         v.shape[d] = want;
         v.strides[d] = d >= lead && in == want ? x->view.strides[d - lead] : 0;
     }
+    if (rt_check_shape(op, rank, v.shape, x->dtype) != BURNC_OK)
+        return NULL;
     return rt_view(x, &v);
 }
 
@@ -278,7 +281,7 @@ burnc_status_t rt_axes_mask(const char *op, int naxes, const int *axes, int rank
         if (rank == 0)
             continue;
         if (*mask & (1u << a))
-            return rt_fail(BURNC_ERR_AXIS, "%s: axis %d is listed twice", op, axes[i]);
+            return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "%s: axis %d is listed twice", op, axes[i]);
         *mask |= 1u << a;
     }
     return BURNC_OK;

@@ -1,0 +1,354 @@
+/* Compiled kernels of the cpu device: a memory cache by structure, the disk cache of compiled
+ * objects, and the LLVM code generator, a shared module (burnc-llvm.so) opened with dlopen on
+ * the first compile only, so a process that never compiles never maps libLLVM (DESIGN.md). */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "burnc_config.h"
+#include "codegen/kcache.h"
+#include "cpu.h"
+
+/* The compiler part of disk cache keys, known without loading LLVM (the build's LLVM). */
+#ifdef BURNC_LLVM_VERSION
+#define COMPILER_ID "llvm-" BURNC_LLVM_VERSION
+#else
+#define COMPILER_ID "llvm-19"
+#endif
+
+#define LLVM_MODULE_NAME "burnc-llvm.so"
+
+/* ---- Finding and loading the LLVM module ---- */
+
+/* BURNC_LLVM_MODULE when set (a test executable linked statically has no libburnc.so to
+ * stand beside), else burnc-llvm.so in the directory of the file holding this code. */
+static bool module_path(char *out, size_t cap, char *why, size_t why_cap)
+{
+    const char *env = getenv("BURNC_LLVM_MODULE");
+    if (env && *env) {
+        snprintf(out, cap, "%s", env);
+        return true;
+    }
+    Dl_info info;
+    char real[PATH_MAX];
+    if (!dladdr((void *)module_path, &info) || !info.dli_fname || !realpath(info.dli_fname, real)) {
+        snprintf(why, why_cap, "cannot locate libburnc to find %s beside it (set BURNC_LLVM_MODULE)",
+                 LLVM_MODULE_NAME);
+        return false;
+    }
+    snprintf(out, cap, "%s/%s", dirname(real), LLVM_MODULE_NAME);
+    return true;
+}
+
+bool cpu_llvm_module_find(char *why, size_t why_cap)
+{
+    char path[PATH_MAX + 32];
+    if (!module_path(path, sizeof path, why, why_cap))
+        return false;
+    if (access(path, R_OK) != 0) {
+        snprintf(why, why_cap, "the LLVM code generator %.300s is missing (%s)", path, strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+bool cpu_llvm_module_available(void)
+{
+    char why[512];
+    return cpu_llvm_module_find(why, sizeof why);
+}
+
+static struct {
+    once_flag once;
+    const cg_llvm_api *api;
+    atomic_bool loaded;
+    char error[PATH_MAX + 640];
+} llvm = {.once = ONCE_FLAG_INIT};
+
+static void llvm_load(void)
+{
+    char path[PATH_MAX + 32];
+    if (!module_path(path, sizeof path, llvm.error, sizeof llvm.error))
+        return;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(llvm.error, sizeof llvm.error, "cannot load the LLVM code generator: %s", e ? e : path);
+        return;
+    }
+    atomic_store(&llvm.loaded, true);
+    const cg_llvm_api *api = dlsym(h, "burnc_llvm_api");
+    if (!api || api->abi != CG_LLVM_ABI) {
+        /* the module stays mapped: libLLVM is NODELETE anyway, and a half-loaded module is rare */
+        snprintf(llvm.error, sizeof llvm.error, "%s: %s", path,
+                 api ? "built for another burnc (ABI mismatch)" : "no burnc_llvm_api table");
+        return;
+    }
+    llvm.api = api;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    rt_log("codegen", "loaded %s (LLVM %s) in %.1f ms", path, api->llvm_version,
+           (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+}
+
+static const cg_llvm_api *llvm_api(void)
+{
+    call_once(&llvm.once, llvm_load);
+    if (!llvm.api)
+        rt_fail(BURNC_ERR_UNAVAILABLE, "cpu: %s", llvm.error);
+    return llvm.api;
+}
+
+bool cpu_llvm_loaded(void) { return atomic_load(&llvm.loaded); }
+
+/* ---- The memory cache ---- */
+
+void cpu_kernel_cache_init(cpu_kernel_cache *c)
+{
+    memset(c, 0, sizeof *c);
+    mtx_init(&c->lock, mtx_plain);
+}
+
+static void kernel_free(rt_kernel *k)
+{
+    if (k->from_object)
+        cg_object_release(&k->fn);
+    else if (llvm.api)
+        llvm.api->release_cpu(&k->fn);
+    kir_free(&k->ir);
+    free(k);
+}
+
+void cpu_kernel_cache_free(cpu_kernel_cache *c)
+{
+    if (c->disk)
+        kc_close(c->disk);
+    for (int i = 0; i < c->cap; i++)
+        for (rt_kernel *k = c->slots[i], *next; k; k = next) {
+            next = k->next;
+            kernel_free(k);
+        }
+    free(c->slots);
+    mtx_destroy(&c->lock);
+}
+
+static bool same_slots(const kir_kernel *a, const kir_slot *x, const kir_slot *y, int n)
+{
+    for (int s = 0; s < n; s++) {
+        if (x[s].dtype != y[s].dtype)
+            return false;
+        for (int d = 0; d < a->rank; d++)
+            if (x[s].stride[d] != y[s].stride[d])
+                return false;
+    }
+    return true;
+}
+
+/* Structural equality over what kir_hash hashes: a hash collision must not run another
+ * kernel's code. */
+static bool same_kernel(const kir_kernel *a, const kir_kernel *b)
+{
+    if (a->rank != b->rank || a->n_outer != b->n_outer || a->n_scalars != b->n_scalars ||
+        a->n_inputs != b->n_inputs || a->n_outputs != b->n_outputs || a->n_stages != b->n_stages ||
+        a->n_stores != b->n_stores || a->n_insts != b->n_insts)
+        return false;
+    if (!same_slots(a, a->inputs, b->inputs, a->n_inputs) || !same_slots(a, a->outputs, b->outputs, a->n_outputs))
+        return false;
+    for (int s = 0; s < a->n_stages; s++)
+        if (a->stages[s].combiner != b->stages[s].combiner || a->stages[s].value != b->stages[s].value)
+            return false;
+    for (int s = 0; s < a->n_stores; s++)
+        if (a->stores[s].slot != b->stores[s].slot || a->stores[s].value != b->stores[s].value ||
+            a->stores[s].row != b->stores[s].row)
+            return false;
+    for (int i = 0; i < a->n_insts; i++) {
+        const kir_inst *x = &a->insts[i], *y = &b->insts[i];
+        if (x->op != y->op || x->type != y->type || x->a != y->a || x->b != y->b || x->c != y->c ||
+            x->imm.u != y->imm.u)
+            return false;
+    }
+    return true;
+}
+
+static rt_kernel *lookup(cpu_kernel_cache *c, const kir_kernel *k, uint64_t key)
+{
+    if (!c->cap)
+        return NULL;
+    for (rt_kernel *e = c->slots[key & (uint64_t)(c->cap - 1)]; e; e = e->next)
+        if (e->key == key && same_kernel(&e->ir, k))
+            return e;
+    return NULL;
+}
+
+static bool insert(cpu_kernel_cache *c, rt_kernel *k)
+{
+    if (c->n >= c->cap) {
+        int cap = c->cap ? 2 * c->cap : 64;
+        rt_kernel **slots = calloc((size_t)cap, sizeof *slots);
+        if (!slots)
+            return false;
+        for (int i = 0; i < c->cap; i++)
+            for (rt_kernel *e = c->slots[i], *next; e; e = next) {
+                next = e->next;
+                e->next = slots[e->key & (uint64_t)(cap - 1)];
+                slots[e->key & (uint64_t)(cap - 1)] = e;
+            }
+        free(c->slots);
+        c->slots = slots;
+        c->cap = cap;
+    }
+    rt_kernel **head = &c->slots[k->key & (uint64_t)(c->cap - 1)];
+    k->next = *head;
+    *head = k;
+    c->n++;
+    return true;
+}
+
+/* ---- Building one kernel ---- */
+
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* A deep copy: the caller's kernel belongs to a fusion plan that is freed after the flush. */
+static bool copy_ir(kir_kernel *dst, const kir_kernel *src)
+{
+    *dst = *src;
+    dst->insts = NULL;
+    dst->cap_insts = dst->n_insts;
+    if (src->n_insts > 0) {
+        dst->insts = malloc((size_t)src->n_insts * sizeof *dst->insts);
+        if (!dst->insts)
+            return false;
+        memcpy(dst->insts, src->insts, (size_t)src->n_insts * sizeof *dst->insts);
+    }
+    return true;
+}
+
+/* BURNC_DUMP_DIR: the kernel's IR listing as <name>-<key>.kir. */
+static void dump_kernel(const kir_kernel *k, uint64_t key)
+{
+    const char *dir = getenv("BURNC_DUMP_DIR");
+    if (!dir || !*dir)
+        return;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s-%016llx.kir", dir, k->name[0] ? k->name : "kernel", (unsigned long long)key);
+    char *text = kir_print(k);
+    FILE *f = text ? fopen(path, "w") : NULL;
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    } else {
+        rt_log("codegen", "cannot write %s: %s", path, text ? strerror(errno) : "out of memory");
+    }
+    free(text);
+}
+
+/* The disk cache, opened on the first miss in memory (kc_open logs why it refuses). */
+static kc_cache *disk_cache(cpu_kernel_cache *c)
+{
+    mtx_lock(&c->lock);
+    if (!c->disk_tried) {
+        c->disk_tried = true;
+        c->disk = kc_open(NULL, NULL, 0);
+    }
+    kc_cache *d = c->disk;
+    mtx_unlock(&c->lock);
+    return d;
+}
+
+/* A kernel compiled by an earlier process: no LLVM. A damaged or foreign object is logged
+ * and compiled again (kc_put then replaces it). */
+static bool load_from_disk(kc_cache *disk, uint64_t disk_key, rt_kernel *k)
+{
+    void *obj;
+    size_t size;
+    if (!disk || !kc_get(disk, disk_key, &obj, &size))
+        return false;
+    char err[512] = "";
+    bool ok = cg_object_load(obj, size, &k->fn, err, sizeof err);
+    free(obj);
+    if (!ok)
+        rt_log("codegen", "%s: cached object unusable (%s): compiling again", k->ir.name, err);
+    k->from_object = ok;
+    return ok;
+}
+
+static burnc_status_t compile_llvm(kc_cache *disk, uint64_t disk_key, rt_kernel *k, bool *stored)
+{
+    const cg_llvm_api *api = llvm_api();
+    if (!api)
+        return BURNC_ERR_UNAVAILABLE;
+    char err[1024] = "";
+    void *obj = NULL;
+    size_t size = 0;
+    if (!api->compile_cpu(&k->ir, &k->fn, disk ? &obj : NULL, disk ? &size : NULL, err, sizeof err))
+        return rt_fail(BURNC_ERR_COMPILE, "cpu: compiling %s failed: %s", k->ir.name, err);
+    *stored = obj && kc_put(disk, disk_key, obj, size);
+    free(obj);
+    return BURNC_OK;
+}
+
+/* Memory, then disk, then LLVM; the new kernel joins the memory cache. */
+static burnc_status_t build(cpu_kernel_cache *c, const kir_kernel *k, uint64_t key, rt_kernel **out)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rt_kernel *nk = calloc(1, sizeof *nk);
+    if (!nk || !copy_ir(&nk->ir, k)) {
+        free(nk);
+        return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "cpu: out of memory for kernel %s", k->name);
+    }
+    nk->kind = CPU_KERNEL_COMPILED;
+    nk->key = key;
+    rt_kir_output_deps(k, nk->out_deps);
+    dump_kernel(k, key);
+    kc_cache *disk = disk_cache(c);
+    uint64_t disk_key = kc_key(key, kc_host_fingerprint(), COMPILER_ID);
+    if (load_from_disk(disk, disk_key, nk)) {
+        rt_log("codegen", "%s %016llx: disk hit, loaded in %.2f ms", k->name, (unsigned long long)key, ms_since(&t0));
+    } else {
+        bool stored = false;
+        burnc_status_t s = compile_llvm(disk, disk_key, nk, &stored);
+        if (s != BURNC_OK) {
+            kir_free(&nk->ir);
+            free(nk);
+            return s;
+        }
+        rt_log("codegen", "%s %016llx: miss, compiled in %.2f ms%s", k->name, (unsigned long long)key,
+               ms_since(&t0), stored ? ", stored on disk" : "");
+    }
+    mtx_lock(&c->lock);
+    bool ok = insert(c, nk);
+    mtx_unlock(&c->lock);
+    if (!ok) {
+        kernel_free(nk);
+        return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "cpu: out of memory for the kernel cache");
+    }
+    *out = nk;
+    return BURNC_OK;
+}
+
+burnc_status_t cpu_kernel_get(cpu_kernel_cache *c, const kir_kernel *k, uint64_t key, rt_kernel **out)
+{
+    mtx_lock(&c->lock);
+    rt_kernel *hit = lookup(c, k, key);
+    mtx_unlock(&c->lock);
+    if (!hit)
+        return build(c, k, key, out);
+    rt_log("codegen", "%s %016llx: memory hit", k->name, (unsigned long long)key);
+    *out = hit;
+    return BURNC_OK;
+}
