@@ -1,0 +1,145 @@
+/* Helpers shared by the Criterion suites.
+ *
+ * Criterion runs every test in a worker process. A leak that LeakSanitizer finds there does not
+ * fail the test by itself, so every test ends with BT_LEAK_CHECK(), which asks LSan for a
+ * report at that point and fails the test when it finds anything. Without ASan it does
+ * nothing. */
+#ifndef BURNC_TESTS_COMMON_H
+#define BURNC_TESTS_COMMON_H
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "burnc.h"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BT_HAVE_LSAN 1
+#endif
+#endif
+#if !defined(BT_HAVE_LSAN) && defined(__SANITIZE_ADDRESS__)
+#define BT_HAVE_LSAN 1
+#endif
+
+#ifdef BT_HAVE_LSAN
+#include <sanitizer/lsan_interface.h>
+/* Fails the test if anything allocated so far is no longer reachable. */
+#define BT_LEAK_CHECK() \
+    cr_assert_eq(__lsan_do_recoverable_leak_check(), 0, "LeakSanitizer found leaks (report on stderr)")
+#else
+#define BT_LEAK_CHECK() ((void)0)
+#endif
+
+/* The last error is `code` and its message contains `substr`. */
+#define BT_ASSERT_LAST_ERROR(code, substr)                                                        \
+    do {                                                                                          \
+        burnc_status_t bt_code_ = burnc_error_code();                                             \
+        const char *bt_msg_ = burnc_error_message();                                              \
+        cr_assert_eq(bt_code_, (code), "last error is %s, expected %s (message: \"%s\")",         \
+                     burnc_status_name(bt_code_), burnc_status_name(code), bt_msg_ ? bt_msg_ : "(null)"); \
+        cr_assert(bt_msg_ != NULL && strstr(bt_msg_, (substr)) != NULL,                           \
+                  "message \"%s\" does not contain \"%s\"", bt_msg_ ? bt_msg_ : "(null)", (substr)); \
+    } while (0)
+
+/* The last error's message also contains `substr`. */
+#define BT_ASSERT_MSG_HAS(substr)                                                                 \
+    do {                                                                                          \
+        const char *bt_msg_ = burnc_error_message();                                              \
+        cr_assert(bt_msg_ != NULL && strstr(bt_msg_, (substr)) != NULL,                           \
+                  "message \"%s\" does not contain \"%s\"", bt_msg_ ? bt_msg_ : "(null)", (substr)); \
+    } while (0)
+
+/* A status-returning call gives `code`, and the last error says so with `substr`. */
+#define BT_ASSERT_STATUS(expr, code, substr)                                                      \
+    do {                                                                                          \
+        burnc_status_t bt_s_ = (expr);                                                            \
+        cr_assert_eq(bt_s_, (code), "%s returned %s, expected %s (message: \"%s\")", #expr,       \
+                     burnc_status_name(bt_s_), burnc_status_name(code), burnc_error_message());   \
+        BT_ASSERT_LAST_ERROR(code, substr);                                                       \
+    } while (0)
+
+/* A call that returns a handle gives NULL with last error `code` naming `substr`. */
+#define BT_ASSERT_FAILS(expr, code, substr)                                                       \
+    do {                                                                                          \
+        burnc_error_clear();                                                                      \
+        const void *bt_h_ = (expr);                                                               \
+        cr_assert_null(bt_h_, "%s succeeded, expected %s", #expr, burnc_status_name(code));       \
+        BT_ASSERT_LAST_ERROR(code, substr);                                                       \
+    } while (0)
+
+/* A status-returning call succeeds. */
+#define BT_ASSERT_OK(expr)                                                                        \
+    do {                                                                                          \
+        burnc_status_t bt_s_ = (expr);                                                            \
+        cr_assert_eq(bt_s_, BURNC_OK, "%s returned %s: %s", #expr, burnc_status_name(bt_s_),      \
+                     burnc_error_message());                                                      \
+    } while (0)
+
+/* A handle-returning call succeeds; evaluates to the handle. */
+#define BT_NOT_NULL(expr) bt_not_null_((expr), #expr, __FILE__, __LINE__)
+
+static inline void *bt_not_null_(void *p, const char *what, const char *file, int line)
+{
+    cr_assert(p != NULL, "%s:%d: %s returned NULL: %s (%s)", file, line, what,
+              burnc_status_name(burnc_error_code()), burnc_error_message());
+    return p;
+}
+
+/* The reference device, which every build has. */
+static inline burnc_device_t *bt_ref(void) { return BT_NOT_NULL(burnc_device_open("ref")); }
+
+/* A dense f32 tensor from a literal list. */
+static inline burnc_tensor_t *bt_f32(burnc_device_t *dev, int rank, const int64_t *shape, const float *data)
+{
+    return BT_NOT_NULL(burnc_tensor_from_data(dev, BURNC_DTYPE_F32, rank, shape, data));
+}
+
+/* Reads n f32 values of t into out, asserting success and the element count. */
+static inline void bt_read_f32(burnc_tensor_t *t, float *out, int64_t n)
+{
+    cr_assert_not_null(t);
+    cr_assert_eq(burnc_tensor_dtype(t), BURNC_DTYPE_F32, "dtype is %s", burnc_dtype_name(burnc_tensor_dtype(t)));
+    cr_assert_eq(burnc_tensor_numel(t), n, "numel %lld, expected %lld", (long long)burnc_tensor_numel(t),
+                 (long long)n);
+    BT_ASSERT_OK(burnc_tensor_read(t, out, (size_t)n * sizeof(float)));
+}
+
+/* The tensor's f32 elements equal `want` within a relative tolerance. */
+static inline void bt_expect_f32(burnc_tensor_t *t, int64_t n, const float *want, float rtol)
+{
+    float got[256];
+    cr_assert(n <= 256);
+    bt_read_f32(t, got, n);
+    for (int64_t i = 0; i < n; i++) {
+        float tol = rtol * fmaxf(1.0f, fabsf(want[i]));
+        cr_assert(fabsf(got[i] - want[i]) <= tol, "element %lld: got %.9g, expected %.9g", (long long)i,
+                  (double)got[i], (double)want[i]);
+    }
+}
+
+/* The library still works: a fresh small op on dev gives the right value. */
+static inline void bt_expect_usable(burnc_device_t *dev)
+{
+    const int64_t shape[1] = {3};
+    const float a[3] = {1, 2, 3}, b[3] = {10, 20, 30};
+    burnc_tensor_t *ta = bt_f32(dev, 1, shape, a);
+    burnc_tensor_t *tb = bt_f32(dev, 1, shape, b);
+    burnc_tensor_t *y = BT_NOT_NULL(burnc_add(ta, tb));
+    bt_expect_f32(y, 3, (const float[]){11, 22, 33}, 0);
+    burnc_tensor_release(y);
+    burnc_tensor_release(tb);
+    burnc_tensor_release(ta);
+}
+
+static inline burnc_memory_report_t bt_memory(burnc_device_t *dev)
+{
+    burnc_memory_report_t r;
+    memset(&r, 0xff, sizeof r);
+    BT_ASSERT_OK(burnc_device_memory(dev, &r));
+    return r;
+}
+
+#endif
