@@ -3,6 +3,10 @@
 
 int64_t ir_numel(int rank, const int64_t *shape)
 {
+    /* a zero anywhere wins: partial products of the other dimensions may exceed 2^63 */
+    for (int d = 0; d < rank; d++)
+        if (shape[d] == 0)
+            return 0;
     int64_t n = 1;
     for (int d = 0; d < rank; d++)
         n *= shape[d];
@@ -17,7 +21,9 @@ void ir_view_dense(ir_view *v, int rank, const int64_t *shape)
     for (int d = rank - 1; d >= 0; d--) {
         v->shape[d] = shape[d];
         v->strides[d] = stride;
-        stride *= shape[d] > 0 ? shape[d] : 1;
+        /* an empty tensor's strides are never used to address anything: saturate them */
+        if (__builtin_mul_overflow(stride, shape[d] > 0 ? shape[d] : 1, &stride))
+            stride = INT64_MAX;
     }
 }
 
