@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what the build needs (Debian packages, only when something is missing), configures
+# build/ (release) if it is not configured yet, and builds it. Safe to run again.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# Debian packages, each with a way to see that what it provides is already here.
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+missing=()
+need() { # need PACKAGE CHECK-COMMAND...
+    local pkg=$1
+    shift
+    if ! "$@" >/dev/null 2>&1 && ! have_pkg "$pkg"; then missing+=("$pkg"); fi
+}
+need meson command -v meson
+need ninja-build command -v ninja
+need pkg-config command -v pkg-config
+need gcc command -v cc
+need libc6-dev test -f /usr/include/stdio.h
+need libcriterion-dev have_pkg libcriterion-dev
+need python3-numpy /usr/bin/python3 -c 'import numpy'
+# LLVM 19: the cpu device's code generator (without it the build has no cpu device).
+need llvm-19-dev command -v llvm-config-19
+
+if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}"
+    sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null; then sudo=(sudo); else
+            echo "setup: not root and no sudo: install ${missing[*]} yourself" >&2
+            exit 1
+        fi
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo[@]}" apt-get update -q
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if [ ! -f build/build.ninja ]; then
+    meson setup build --buildtype=release
+fi
+ninja -C build
