@@ -208,6 +208,11 @@ BURNC_API burnc_status_t burnc_device_sync(burnc_device_t *dev);
  * results bitwise). Devices that never fuse (ref) accept and ignore it. Errors:
  * BURNC_ERR_INVALID_ARGUMENT (NULL device). Thread safe. */
 BURNC_API burnc_status_t burnc_device_set_fusion(burnc_device_t *dev, bool enabled);
+/* Writes, as Graphviz DOT, how the device's pending work would run if flushed now: each kernel
+ * as a cluster of the ops it fuses, opaque ops (matmul, cat, pad, index ops) as boxes, edges for
+ * data flow. Runs nothing and changes nothing. Errors: BURNC_ERR_INVALID_ARGUMENT (NULL device
+ * or path), BURNC_ERR_EXECUTION (the file cannot be written; the message says why). */
+BURNC_API burnc_status_t burnc_device_write_graph(burnc_device_t *dev, const char *path);
 /* Returns cached (free) device memory to the system. */
 BURNC_API burnc_status_t burnc_device_memory_cleanup(burnc_device_t *dev);
 

@@ -3,6 +3,7 @@
  * through compile/launch (the ref device), or, for a fusing backend, as the kernels of a fusion
  * plan (fusion/), opaque records still going through compile/launch. */
 #include <limits.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -498,6 +499,47 @@ static void run_plan(rt_device *dev, ir_record *const *recs, int n, const bool *
             run_group(dev, g);
     }
     fus_plan_free(&plan);
+}
+
+burnc_status_t burnc_device_write_graph(burnc_device_t *dev, const char *path)
+{
+    if (!dev || !path)
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "burnc_device_write_graph: %s is NULL", dev ? "path" : "device");
+    /* both locks: no flush takes the records and no op is appended while they are planned */
+    mtx_lock(&dev->exec_lock);
+    mtx_lock(&dev->lock);
+    int n = dev->stream.n;
+    ir_record **recs = dev->stream.recs;
+    bool *flags = malloc(2 * (size_t)(n ? n : 1) * sizeof *flags);
+    fus_plan plan = {0};
+    char *dot = NULL;
+    burnc_status_t s = flags ? BURNC_OK : rt_fail(BURNC_ERR_OUT_OF_MEMORY, "burnc_device_write_graph: out of memory");
+    if (s == BURNC_OK) {
+        find_needed(recs, n, flags, flags + n);
+        fus_options opt = {.fuse = dev->be->fusion_enabled && dev->be->fusion_enabled(dev)};
+        s = fus_partition(recs, n, flags, &opt, &plan);
+        if (s != BURNC_OK) {
+            rt_fail(s, "burnc_device_write_graph: %s", plan.error[0] ? plan.error : "fusion failed");
+        } else {
+            dot = fus_plan_dot(&plan, recs, n);
+            fus_plan_free(&plan);
+            if (!dot)
+                s = rt_fail(BURNC_ERR_OUT_OF_MEMORY, "burnc_device_write_graph: out of memory");
+        }
+    }
+    mtx_unlock(&dev->lock);
+    mtx_unlock(&dev->exec_lock);
+    free(flags);
+    if (s == BURNC_OK) {
+        FILE *f = fopen(path, "w");
+        bool ok = f && fputs(dot, f) >= 0;
+        if (f && fclose(f) != 0)
+            ok = false;
+        if (!ok)
+            s = rt_fail(BURNC_ERR_EXECUTION, "burnc_device_write_graph: cannot write %s: %s", path, strerror(errno));
+    }
+    free(dot);
+    return s;
 }
 
 burnc_status_t rt_flush(rt_device *dev)

@@ -1,5 +1,7 @@
 /* Programs with two devices: the reference device "ref" and a second, independent one "ref:1".
  * Ops never mix devices (BURNC_ERR_DEVICE_MISMATCH); burnc_tensor_to_device moves data. */
+#include <unistd.h>
+
 #include "common.h"
 
 static burnc_device_t *dev0, *dev1;
@@ -101,5 +103,37 @@ Test(multidevice, to_device_reports_the_source_failure)
     burnc_tensor_release(g);
     burnc_tensor_release(bad);
     bt_expect_usable(dev0);
+    BT_LEAK_CHECK();
+}
+
+/* burnc_device_write_graph shows the plan of the pending work and runs nothing. */
+Test(multidevice, write_graph_plans_without_running)
+{
+    char path[] = "/tmp/burnc-graph-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    burnc_tensor_t *e = BT_NOT_NULL(burnc_exp(a0));
+    burnc_tensor_t *s = BT_NOT_NULL(burnc_softmax(a0, 1));
+    burnc_memory_report_t before = bt_memory(dev0);
+    BT_ASSERT_OK(burnc_device_write_graph(dev0, path));
+    burnc_memory_report_t after = bt_memory(dev0);
+    cr_assert_eq(after.buffers_in_use, before.buffers_in_use, "writing the graph ran work");
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    unlink(path);
+    cr_assert(strstr(buf, "digraph") != NULL, "not DOT: %s", buf);
+    cr_assert(strstr(buf, "exp") != NULL && strstr(buf, "sum") != NULL, "ops missing: %s", buf);
+    BT_ASSERT_STATUS(burnc_device_write_graph(dev0, "/nonexistent-dir/x.dot"), BURNC_ERR_EXECUTION,
+                     "/nonexistent-dir/x.dot");
+    BT_ASSERT_STATUS(burnc_device_write_graph(NULL, path), BURNC_ERR_INVALID_ARGUMENT, "device");
+    bt_expect_f32(s, 6, (const float[]){0.0900306f, 0.244728f, 0.665241f, 0.0900306f, 0.244728f, 0.665241f},
+                  1e-5f);
+    burnc_tensor_release(s);
+    burnc_tensor_release(e);
     BT_LEAK_CHECK();
 }
