@@ -225,6 +225,7 @@ int32_t kir_cos(kir_kernel *k, int32_t x);
 int32_t kir_tan(kir_kernel *k, int32_t x);
 int32_t kir_tanh(kir_kernel *k, int32_t x);
 int32_t kir_erf(kir_kernel *k, int32_t x);
+int32_t kir_erfc(kir_kernel *k, int32_t x);
 int32_t kir_sigmoid(kir_kernel *k, int32_t x);
 int32_t kir_atan2(kir_kernel *k, int32_t y, int32_t x);
 int32_t kir_pow(kir_kernel *k, int32_t x, int32_t y);

@@ -76,35 +76,67 @@ static const double ERF_F64[] = {0x1.06eba8214db69p-3, -0x1.812746b0379e7p-2, 0x
                                  -0x1.5f6d6b5258efcp-23, 0x1.fc4117210e3b8p-27, -0x1.4e55ccc576354p-30,
                                  0x1.7ecbf8120022ep-34, -0x1.2928f3c0aef73p-38};
 
-/* erf x = 1 - exp(-x^2 + M(x)) for 1 <= x < the end of the last piece (then erf rounds to 1);
- * M = log erfc + x^2 is a polynomial in t = x - mid on each piece. */
+/* erfc x for x >= 1/2 (erf for |x| >= 1 is 1 - erfc): on the near pieces erfc = e^(-x^2 + M)
+ * with M = log erfc + x^2 a polynomial in t = x - mid; on the far piece, which ends where erfc
+ * rounds to 0, erfc = e^(-x^2 + N) / x with N = log(x erfc) + x^2 a polynomial in w = 1/x^2 (M
+ * holds -log x there, which would take many pieces). An error d in M or N is a relative error d
+ * of erfc. Each table: c0 and c1 as (hi, lo) pairs, then c2, c3, ... */
+/* erfc_f32 near [0.5, 2.5) t = x - 1.5: minimax 2^-32.4, rounded 2^-28.8 */
+static const double ERFC0_32[] = {-0x1.226e120000000p+0, -0x1.ac3cda0000000p-25, -0x1.04818a0000000p-1,
+                                  0x1.496ade0000000p-28, 0x1.b7bec60000000p-4, -0x1.a71a760000000p-6,
+                                  0x1.89a8ac0000000p-8, -0x1.4983800000000p-10, 0x1.c4d0d20000000p-13,
+                                  -0x1.819d100000000p-16, -0x1.586fe80000000p-19, 0x1.838d440000000p-19,
+                                  -0x1.de3a3a0000000p-21};
+/* erfc_f32 far [2.5, 10.0625) w = 1/x^2: minimax 2^-35.1, rounded 2^-32.6 */
+static const double ERFC1_32[] = {-0x1.250d040000000p-1, -0x1.4c3b780000000p-26, -0x1.ffffd00000000p-2,
+                                  0x1.b547180000000p-27, 0x1.3ff5e40000000p-1, -0x1.898b3e0000000p+0,
+                                  0x1.57455a0000000p+2, -0x1.60838e0000000p+4, 0x1.602ee60000000p+6,
+                                  -0x1.1a32140000000p+8, 0x1.28a6f00000000p+9, -0x1.25b38e0000000p+9};
+/* erfc_f64 near [0.5, 1.5) t = x - 1.0: minimax 2^-63.9, rounded 2^-58.3 */
+static const double ERFC0_64[] = {-0x1.b2ff7e4f54542p-1, -0x1.9b9038492a2a6p-57, -0x1.4726c001b08f4p-1,
+                                  -0x1.cdb0cc57daaadp-58, 0x1.4150fb975c321p-3, -0x1.5477f09ca950ep-5,
+                                  0x1.48c9d40c0a4d5p-7, -0x1.033f69949a995p-9, 0x1.f1b4bb786c123p-13,
+                                  0x1.b8be6164b73e6p-16, -0x1.c75a1c3c3f4c7p-16, 0x1.415c9ce419944p-17,
+                                  -0x1.0ef6c81c2a933p-19, 0x1.bc9097cc10431p-24, 0x1.0d4a0530a642ap-23,
+                                  -0x1.1be8098eab367p-24, 0x1.47a93c26e3f3dp-26, -0x1.386be2eae3b0dp-29,
+                                  -0x1.650a6fd1f372fp-31};
+/* erfc_f64 near [1.5, 2.5) t = x - 2.0: minimax 2^-69.4, rounded 2^-60.5 */
+static const double ERFC1_64[] = {-0x1.5d6cca6c7d457p+0, 0x1.c57cb7b9267a2p-54, -0x1.ac3258a8dc2b8p-2,
+                                  -0x1.a8dc3eed0692bp-57, 0x1.3851098b6e35ep-4, -0x1.0dc3b5fb10bf2p-6,
+                                  0x1.d406b373a018bp-9, -0x1.7ffcfb46d2bddp-11, 0x1.1bc3a609775ecp-13,
+                                  -0x1.5b656f925b5fbp-16, 0x1.060454e42cc4ap-19, 0x1.b549fde592baap-23,
+                                  -0x1.73e5e4ed3af15p-23, 0x1.f0aaac58119bbp-25, -0x1.e04518ebb6744p-27,
+                                  0x1.5b0760649ab9fp-29, -0x1.1aa2c5090db83p-32, -0x1.a168e445ae6d2p-35,
+                                  0x1.1dd5a2b9e8877p-35};
+/* erfc_f64 near [2.5, 4) t = x - 3.25: minimax 2^-66.0, rounded 2^-59.7 */
+static const double ERFC2_64[] = {-0x1.cb33286a50e4dp+0, -0x1.d218470b70f65p-55, -0x1.22921d14390c9p-2,
+                                  -0x1.45b847902f953p-56, 0x1.3359aeab3519bp-5, -0x1.964be8dbd331cp-8,
+                                  0x1.1be4d927937cap-10, -0x1.8d7cde843161dp-13, 0x1.0f386ce06c8b3p-15,
+                                  -0x1.61126a2028919p-18, 0x1.ab499f65579fep-21, -0x1.cb8974230e684p-24,
+                                  0x1.87087ba599d3ap-27, -0x1.0b1e1b67b8b78p-31, -0x1.abb65992a48cbp-33,
+                                  0x1.609626b9e99c9p-34, -0x1.6b1f7e84bf4d1p-36, 0x1.431fab0936c08p-38,
+                                  -0x1.c359b1ec324f3p-41};
+/* erfc_f64 far [4, 27.25) w = 1/x^2: minimax 2^-65.5, rounded 2^-63.5 */
+static const double ERFC3_64[] = {-0x1.250d048e7a1bdp-1, -0x1.f0e9cad46099cp-58, -0x1.fffffffffffc9p-2,
+                                  -0x1.afffce4992c71p-56, 0x1.3ffffffffaf50p-1, -0x1.8aaaaaa6a6b45p+0,
+                                  0x1.60ffff047c745p+2, -0x1.981970b1a304fp+4, 0x1.1f84560a8b1ddp+7,
+                                  -0x1.dc7ab29c678c1p+9, 0x1.c472d685096edp+12, -0x1.df088606c5e54p+15,
+                                  0x1.0ee13c4c48d19p+19, -0x1.31cef007829aap+22, 0x1.3bdd614e49dc5p+25,
+                                  -0x1.0f5c09b34a138p+28, 0x1.5d2f04e3e2236p+30, -0x1.2372d1f304f33p+32,
+                                  0x1.d22b7c75737d9p+32};
+
+/* The far piece comes last. */
 typedef struct erfc_piece {
-    double lo, hi, mid;
-    int n;
+    double lo, hi, mid; /* mid: t = 0 of a near piece */
+    int n;              /* entries of c */
     const double *c;
 } erfc_piece;
-
-static const double ERFC0_32[] = {-0x1.324b760000000p+0, -0x1.eeb96a0000000p-2, 0x1.924cd80000000p-4,
-                                  -0x1.77fff80000000p-6, 0x1.5ce5300000000p-8, -0x1.4d0e820000000p-10};
-static const double ERFC1_32[] = {-0x1.bf9c0e0000000p+0, -0x1.2f0aaa0000000p-2, 0x1.4e69f60000000p-5,
-                                  -0x1.9a74e80000000p-8, 0x1.00b10c0000000p-9};
-static const double ERFC0_64[] = {-0x1.324b71fe93c9ap+0, -0x1.eeb892484318bp-2, 0x1.9249dc598cca1p-4,
-                                  -0x1.78fa9a8b74d7fp-6, 0x1.59606b9995852p-8, -0x1.211a66beeb432p-10,
-                                  0x1.99f9231d1cf15p-13, -0x1.920c8864df7a5p-16, -0x1.0aae660c13ca3p-21,
-                                  0x1.92e0d8f783b17p-20, -0x1.38acd0b13f80dp-21, 0x1.449203d43faf3p-23,
-                                  -0x1.dd83367e32e82p-26, 0x1.39a7c6b124dbcp-30, 0x1.eb4fe196ee321p-30};
-static const double ERFC1_64[] = {-0x1.b869b65a8e529p+0, -0x1.370b35013ba06p-2, 0x1.5d06cc9bc8e70p-5,
-                                  -0x1.e5bee8de34f4ep-8, 0x1.62c320583955ep-10, -0x1.01a0794f4306ap-12,
-                                  0x1.696573a3c4921p-15, -0x1.dd852fcf77a76p-18, 0x1.1f04a44280293p-20,
-                                  -0x1.23cf18f809befp-23, 0x1.9cb979318560bp-27, 0x1.2d3d08a1ee99cp-31,
-                                  -0x1.3e55aa845e16cp-30};
-static const double ERFC2_64[] = {-0x1.1698209e0b0d3p+1, -0x1.940aee4b920a8p-3, 0x1.337c72ac4bf27p-6,
-                                  -0x1.2d673dba9b9f9p-9, 0x1.415e35f34046bp-12, -0x1.61b7aef803a7ep-15,
-                                  0x1.82c06bbd13b94p-18, -0x1.d9fa1a3266b7ep-21, 0x1.d3ea3179cede3p-25,
-                                  -0x1.130edf67a7d85p-25};
-#define PIECE(lo, hi, tbl) {lo, hi, ((lo) + (hi)) / 2, (int)(sizeof tbl / sizeof tbl[0]), tbl}
-static const erfc_piece ERFC_F32[] = {PIECE(1.0, 2.25, ERFC0_32), PIECE(2.25, 3.9375, ERFC1_32)};
-static const erfc_piece ERFC_F64[] = {PIECE(1.0, 2.25, ERFC0_64), PIECE(2.25, 3.75, ERFC1_64), PIECE(3.75, 6.0, ERFC2_64)};
+#define NEAR(lo, hi, tbl) {lo, hi, ((lo) + (hi)) / 2, (int)(sizeof tbl / sizeof tbl[0]), tbl}
+#define FAR(lo, hi, tbl) {lo, hi, 0, (int)(sizeof tbl / sizeof tbl[0]), tbl}
+static const erfc_piece ERFC_F32[] = {NEAR(0.5, 2.5, ERFC0_32), FAR(2.5, 10.0625, ERFC1_32)};
+static const erfc_piece ERFC_F64[] = {NEAR(0.5, 1.5, ERFC0_64), NEAR(1.5, 2.5, ERFC1_64), NEAR(2.5, 4.0, ERFC2_64),
+                                      FAR(4.0, 27.25, ERFC3_64)};
+enum { ERFC_MAX_PIECES = 4 };
 
 /* ---- Building blocks ------------------------------------------------------------------------ */
 
@@ -620,17 +652,98 @@ int32_t kir_sigmoid(kir_kernel *k, int32_t x)
     return add(&b, q, dvd(&b, corr, d.hi));
 }
 
-/* M(a) of the erfc piece holding a (a in [1, end of the last piece)). */
-static int32_t erfc_m(mb *b, int32_t a)
+/* The erfc pieces of the type and their count. */
+static const erfc_piece *erfc_pieces(const mb *b, int *n)
 {
-    const erfc_piece *pc = b->f64 ? ERFC_F64 : ERFC_F32;
-    int n = b->f64 ? (int)(sizeof ERFC_F64 / sizeof ERFC_F64[0]) : (int)(sizeof ERFC_F32 / sizeof ERFC_F32[0]);
-    int32_t m = -1;
-    for (int i = n - 1; i >= 0; i--) {
-        int32_t v = horner(b, sub(b, a, c(b, pc[i].mid)), pc[i].c, pc[i].n);
-        m = m < 0 ? v : sel(b, cmp(b, KIR_LT, a, c(b, pc[i].hi)), v, m);
+    *n = b->f64 ? (int)(sizeof ERFC_F64 / sizeof ERFC_F64[0]) : (int)(sizeof ERFC_F32 / sizeof ERFC_F32[0]);
+    return b->f64 ? ERFC_F64 : ERFC_F32;
+}
+
+/* Where erfc rounds to 0 (x >= 0) or to 2 (x < 0) for good. */
+static double erfc_end(const mb *b)
+{
+    int n;
+    const erfc_piece *pc = erfc_pieces(b, &n);
+    return pc[n - 1].hi;
+}
+
+/* The value of the piece holding a (in[i]: a < the end of piece i) among vals[] by piece: one
+ * select per piece, so that a single polynomial is evaluated. */
+static int32_t by_piece(mb *b, const int32_t *in, int n, const double *vals)
+{
+    int32_t v = c(b, vals[n - 1]);
+    for (int i = n - 2; i >= 0; i--)
+        v = sel(b, in[i], c(b, vals[i]), v);
+    return v;
+}
+
+/* Entry j of the tables of the pieces by piece (0 past the end of a shorter table). */
+static int32_t erfc_coef(mb *b, const int32_t *in, const erfc_piece *pc, int n, int j)
+{
+    double vals[ERFC_MAX_PIECES];
+    for (int i = 0; i < n; i++)
+        vals[i] = j < pc[i].n ? pc[i].c[j] : 0.0;
+    return by_piece(b, in, n, vals);
+}
+
+/* P = c0 + c1 (v + vl) + v^2 Q(v) as a normalized double-word value (exp_reduce takes the low
+ * part to first order): c0 + c1 v is carried exactly (the tables give c0 and c1 to twice the
+ * precision), so only the smaller v^2 Q(v) and the low parts are rounded. |P| > 0.48 exceeds
+ * the rest, as the final fast two-sum needs. */
+static dw erfc_poly(mb *b, const int32_t *in, const erfc_piece *pc, int n, int32_t v, int32_t vl)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        m = pc[i].n > m ? pc[i].n : m;
+    int32_t q = erfc_coef(b, in, pc, n, m - 1);
+    for (int j = m - 2; j >= 4; j--)
+        q = fma_(b, q, v, erfc_coef(b, in, pc, n, j));
+    int32_t tail = mul(b, mul(b, v, v), q);
+    int32_t c1 = erfc_coef(b, in, pc, n, 2);
+    int32_t p1 = mul(b, c1, v);
+    int32_t e1 = fma_(b, c1, v, neg(b, p1)); /* c1 v = p1 + e1 exactly */
+    dw s = two_sum(b, erfc_coef(b, in, pc, n, 0), p1);
+    int32_t lows = fma_(b, c1, vl, fma_(b, erfc_coef(b, in, pc, n, 3), v, erfc_coef(b, in, pc, n, 1)));
+    return fast_two_sum(b, s.hi, add(b, s.lo, add(b, e1, add(b, lows, tail))));
+}
+
+/* erfc(a) = q 2^n for a in [1/2, erfc_end] (the caller clamps). The division by a and the
+ * rounding of q come before the scale 2^n, so that results in the subnormal range are rounded
+ * once. */
+typedef struct erfc_val {
+    int32_t q, n; /* n: an integer instruction */
+} erfc_val;
+
+static erfc_val erfc_tail(mb *b, int32_t a)
+{
+    int n;
+    const erfc_piece *pc = erfc_pieces(b, &n);
+    int32_t in[ERFC_MAX_PIECES];
+    double mids[ERFC_MAX_PIECES];
+    for (int i = 0; i < n; i++) {
+        in[i] = cmp(b, KIR_LT, a, c(b, pc[i].hi));
+        mids[i] = pc[i].mid;
     }
-    return m;
+    int32_t far = cmp(b, KIR_GE, a, c(b, pc[n - 1].lo));
+    /* a^2 = aa + aal exactly; w = 1/a^2 = wh + wl from the division's exact residual */
+    int32_t aa = mul(b, a, a);
+    int32_t aal = fma_(b, a, a, neg(b, aa));
+    int32_t wh = dvd(b, c(b, 1), aa);
+    int32_t wl = mul(b, wh, fma_(b, neg(b, wh), aal, fma_(b, neg(b, wh), aa, c(b, 1))));
+    int32_t t = sub(b, a, by_piece(b, in, n, mids)); /* exact: a is within a piece of its mid */
+    dw p = erfc_poly(b, in, pc, n, sel(b, far, wh, t), sel(b, far, wl, c(b, 0)));
+    /* L = -a^2 + P as a double-word value, then e^L = 2^k (yh + yl) */
+    dw l = two_sum(b, neg(b, aa), p.hi);
+    exp_red e = exp_reduce(b, l.hi, add(b, l.lo, sub(b, p.lo, aal)));
+    int32_t et = exp_tail(b, e);
+    dw y = fast_two_sum(b, c(b, 1), e.r);
+    int32_t yl = add(b, y.lo, et);
+    /* (yh + yl) / d with d = a on the far piece, 1 elsewhere: one rounding */
+    int32_t d = sel(b, far, a, c(b, 1));
+    int32_t q = dvd(b, y.hi, d);
+    int32_t rem = fma_(b, neg(b, q), d, y.hi); /* exact */
+    q = add(b, q, dvd(b, add(b, rem, yl), d));
+    return (erfc_val){q, to_int(b, e.k)};
 }
 
 int32_t kir_erf(kir_kernel *k, int32_t x)
@@ -638,21 +751,33 @@ int32_t kir_erf(kir_kernel *k, int32_t x)
     mb b;
     if (!mb_init(&b, k, x))
         return -1;
-    const erfc_piece *last = b.f64 ? &ERFC_F64[sizeof ERFC_F64 / sizeof ERFC_F64[0] - 1]
-                                   : &ERFC_F32[sizeof ERFC_F32 / sizeof ERFC_F32[0] - 1];
     int32_t z = mul(&b, x, x);
     int32_t small = fma_(&b, x, horner(&b, z, TBL(&b, ERF), TBL_N(&b, ERF)), x);
-    /* 1 <= |x| < end: 1 - e^(-x^2 + M) with -x^2 exact as a double-word value */
-    int32_t a = clamp(&b, fabs_(&b, x), 1.0, last->hi);
-    int32_t aa = mul(&b, a, a);
-    int32_t aal = fma_(&b, a, a, neg(&b, aa));
-    dw l = fast_two_sum(&b, neg(&b, aa), erfc_m(&b, a));
-    int32_t erfc = exp_dw(&b, l.hi, sub(&b, l.lo, aal));
-    int32_t big = sub(&b, c(&b, 1), erfc);
+    /* |x| >= 1: 1 - erfc|x|; erfc's end is far beyond where this rounds to 1 */
     int32_t ax = fabs_(&b, x);
-    big = sel(&b, cmp(&b, KIR_LT, ax, c(&b, last->hi)), big, c(&b, 1));
-    big = copysign_(&b, big, x);
+    erfc_val e = erfc_tail(&b, clamp(&b, ax, 1.0, erfc_end(&b)));
+    int32_t big = copysign_(&b, sub(&b, c(&b, 1), scale2(&b, e.q, e.n)), x);
     int32_t r = sel(&b, cmp(&b, KIR_LT, ax, c(&b, 1)), small, big);
+    return sel(&b, is_nan(&b, x), x, r);
+}
+
+int32_t kir_erfc(kir_kernel *k, int32_t x)
+{
+    mb b;
+    if (!mb_init(&b, k, x))
+        return -1;
+    /* |x| < 1/2: (1 - x) - x E(x^2), with 1 - x exact as a double-word value; erf x < 0.53, so
+     * 1 - erf x loses no accuracy */
+    int32_t z = mul(&b, x, x);
+    dw d = two_sum(&b, c(&b, 1), neg(&b, x));
+    int32_t small = add(&b, d.hi, fma_(&b, neg(&b, x), horner(&b, z, TBL(&b, ERF), TBL_N(&b, ERF)), d.lo));
+    /* |x| >= 1/2: erfc|x|, 0 from the end of the pieces on; 2 - erfc|x| for negative x */
+    int32_t ax = fabs_(&b, x);
+    double end = erfc_end(&b);
+    erfc_val e = erfc_tail(&b, clamp(&b, ax, 0.5, end));
+    int32_t big = sel(&b, cmp(&b, KIR_LT, ax, c(&b, end)), scale2(&b, e.q, e.n), c(&b, 0));
+    big = sel(&b, cmp(&b, KIR_LT, x, c(&b, 0)), sub(&b, c(&b, 2), big), big);
+    int32_t r = sel(&b, cmp(&b, KIR_LT, ax, c(&b, 0.5)), small, big);
     return sel(&b, is_nan(&b, x), x, r);
 }
 

@@ -156,12 +156,29 @@ def w_erf(z):
     return 1 / (1 + g_erf(z))
 
 
-def erfc_log(x):  # log erfc(x) + x^2: the -x^2 part is added exactly by the caller
-    return (1 - erf_dec(x)).ln() + x * x
+def erfcx_dec(x):
+    """e^(x^2) erfc(x) for x >= 1/2: erf's Taylor series below 2.5 (>= 68 correct digits), else
+    the continued fraction erfc x = e^(-x^2) / sqrt(pi) / (x + (1/2) / (x + 1 / (x + (3/2) / ...)))
+    summed backwards from 800 terms (>= 79 digits for x >= 2.5)."""
+    if x < D("2.5"):
+        return (1 - erf_dec(x)) * (x * x).exp()
+    f = x
+    for k in range(800, 0, -1):
+        f = x + D(k) / 2 / f
+    return 1 / (SQRTPI * f)
 
 
-def w_erfc_log(x):  # erf = 1 - exp(L): an error d in L moves erf by erfc(x) d
-    return 1 - erf_dec(x)
+def erfc_near(x):  # M(x) = log erfc(x) + x^2 (erfc = e^(-x^2 + M)); its error is erfc's relative error
+    return erfcx_dec(x).ln()
+
+
+def erfc_far(w):  # N(w) = log(x erfc(x)) + x^2, w = 1/x^2 (erfc = e^(-x^2 + N) / x)
+    x = 1 / w.sqrt()
+    return (x * erfcx_dec(x)).ln()
+
+
+def w_one(x):
+    return D(1)
 
 
 # ---- Remez exchange on a grid --------------------------------------------------------------
@@ -278,14 +295,13 @@ FITS = {
 }
 
 
-def shifted(g, w, c):
-    return (lambda t: g(t + c)), (lambda t: w(t + c))
-
-
-# erf for |x| >= 1: erf = 1 - exp(-x^2 + M(x)), M = log erfc + x^2, polynomials in t = x - c per piece.
+# erfc for x >= 1/2 (erf for |x| >= 1 is 1 - erfc): pieces [lo, hi) of M(x) as polynomials in
+# t = x - (lo + hi) / 2, then one piece of N as a polynomial in w = 1/x^2 up to where erfc
+# rounds to 0 (ir/math.c: erfc_tail). Weight 1: an error d in M or N is a relative error d of erfc.
 ERFC_PIECES = {
-    "f32": [(1, D("2.25"), 5), (D("2.25"), D("3.9375"), 4)],
-    "f64": [(1, D("2.25"), 14), (D("2.25"), D("3.75"), 12), (D("3.75"), D(6), 9)],
+    "f32": [("near", D("0.5"), D("2.5"), 10), ("far", D("2.5"), D("10.0625"), 9)],
+    "f64": [("near", D("0.5"), D("1.5"), 16), ("near", D("1.5"), D("2.5"), 16),
+            ("near", D("2.5"), D(4), 16), ("far", D(4), D("27.25"), 16)],
 }
 
 
@@ -312,12 +328,26 @@ def fit(name):
 
 
 def fit_erfc(ty):
+    """Per piece: the minimax coefficients with c0 and c1 as double-word values (hi, lo of the
+    type: ir/math.c adds c0 + c1 t exactly) and the others rounded to the type. Rounding c2 and
+    up costs a few bits of the minimax error, which stays below 2^-28 (f32) and 2^-58 (f64); a
+    refit of the remaining coefficients (fit_rounded) degenerates here, the fixed terms
+    vanishing at t = 0 inside the interval."""
     out = []
-    for lo, hi, deg in ERFC_PIECES[ty]:
-        c = (D(lo) + D(hi)) / 2
-        g, w = shifted(erfc_log, w_erfc_log, c)
-        cr, emax = fit_rounded(g, w, D(lo) - c, D(hi) - c, deg, ty, npts=600, iters=20)
-        out.append((lo, hi, c, cr, emax, rounded_error(g, w, D(lo) - c, D(hi) - c, cr, npts=800)))
+    for kind, lo, hi, deg in ERFC_PIECES[ty]:
+        if kind == "near":
+            c = (lo + hi) / 2
+            g, a, b = (lambda t, c=c: erfc_near(t + c)), lo - c, hi - c
+        else:
+            c = D(0)
+            g, a, b = erfc_far, 1 / (hi * hi), 1 / (lo * lo)
+        emax, cs = remez(g, w_one, a, b, deg, npts=600, iters=20)
+        cr, exact = [], []
+        for j, v in enumerate(cs):
+            parts = split(v, ty, 2 if j < 2 else 1)
+            cr += parts
+            exact.append(sum(D(p) for p in parts))
+        out.append((kind, lo, hi, c, cr, emax, rounded_error(g, w_one, a, b, exact, npts=800)))
     return out
 
 
@@ -363,8 +393,10 @@ def main():
             constants()
         elif name.startswith("erfc_"):
             ty = name[5:]
-            for i, (lo, hi, c, cr, e, er) in enumerate(fit_erfc(ty)):
-                print(f"/* {name} [{lo}, {hi}] t = x - {float(c)}: minimax {float(e):.3g}, rounded {float(er):.3g} */")
+            for i, (kind, lo, hi, c, cr, e, er) in enumerate(fit_erfc(ty)):
+                var = f"t = x - {float(c)}" if kind == "near" else "w = 1/x^2"
+                print(f"/* {name} {kind} [{lo}, {hi}) {var}: minimax 2^{float(e.ln() / LN2):.1f}, "
+                      f"rounded 2^{float(er.ln() / LN2):.1f} */")
                 print(f"static const double ERFC{i}_{ty[1:]}[] = {{" + ", ".join(float(x).hex() for x in cr) + "};")
         else:
             cr, e, er = fit(name)

@@ -58,7 +58,19 @@ static double remainder_f(double a, double b)
     return m;
 }
 
-static const double SQRT2 = 1.41421356237309504880;
+/* gelu x = (0.5 x) erfc(-x / sqrt 2), with the argument carried as th + tl and erfc(th + tl) =
+ * erfc(th) - tl (2/sqrt pi) e^(-th^2): erfc's relative condition number 2 t^2 would otherwise
+ * turn the rounding of t into up to 11 bits of error (ir/kernel_ops.c does the same steps in
+ * the compute type). 1/sqrt 2 = SQRT1_2 + SQRT1_2_LO. */
+static double gelu(double x)
+{
+    static const double SQRT1_2 = 0x1.6a09e667f3bcdp-1, SQRT1_2_LO = -0x1.bdd3413b26456p-55;
+    static const double TWO_OVER_SQRTPI = 0x1.20dd750429b6dp+0;
+    double th = -x * SQRT1_2;
+    double tl = isinf(th) ? 0.0 : fma(-x, SQRT1_2_LO, fma(-x, SQRT1_2, -th));
+    double s = fma(-(tl * TWO_OVER_SQRTPI), exp(-(th * th)), erfc(th));
+    return 0.5 * x * s;
+}
 
 double ir_unary_f(ir_op op, double x, const double *scalar)
 {
@@ -81,7 +93,7 @@ double ir_unary_f(ir_op op, double x, const double *scalar)
     case IR_OP_TANH: return tanh(x);
     case IR_OP_SIGMOID: return sigmoid(x);
     case IR_OP_RELU: return maximum_f(x, 0.0);
-    case IR_OP_GELU: return 0.5 * x * (1.0 + erf(x / SQRT2));
+    case IR_OP_GELU: return gelu(x);
     case IR_OP_SILU: return x * sigmoid(x);
     case IR_OP_ERF: return erf(x);
     case IR_OP_FLOOR: return floor(x);

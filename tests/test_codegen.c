@@ -999,7 +999,7 @@ typedef int32_t (*math1_fn)(kir_kernel *k, int32_t x);
 typedef int32_t (*math2_fn)(kir_kernel *k, int32_t x, int32_t y);
 
 static const math1_fn MATH1[] = {kir_exp, kir_exp2, kir_expm1, kir_log,  kir_log2, kir_log1p,
-                                 kir_sin, kir_cos,  kir_tan,   kir_tanh, kir_erf,  kir_sigmoid};
+                                 kir_sin, kir_cos,  kir_tan,   kir_tanh, kir_erf,  kir_erfc, kir_sigmoid};
 static const math2_fn MATH2[] = {kir_atan2, kir_pow};
 
 static int32_t math_value(kir_kernel *k, size_t f, int32_t x, int32_t y)

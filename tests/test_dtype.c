@@ -2,6 +2,7 @@
  * come from numpy through tests/data/gen_dtype.py (found through BURNC_TEST_DATA); the rest
  * are exact values worked out by hand, so each test fails on a wrong bit. */
 #include <criterion/criterion.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +35,14 @@ static double from_bits64(uint64_t u)
     double x;
     memcpy(&x, &u, sizeof x);
     return x;
+}
+
+/* The spacing of doubles at |x| (subnormal spacing below the normal range). */
+static double ulp64(double x)
+{
+    int e;
+    frexp(x, &e);
+    return ldexp(1.0, (e - 1 < -1022 ? -1022 : e - 1) - 52);
 }
 
 /* Opens a golden file; NULL-free: a missing file fails the test with its path. */
@@ -559,6 +568,31 @@ Test(float_ops, remainder_matches_numpy)
     }
     fclose(f);
     cr_assert_gt(n, 500, "only %d vectors", n);
+}
+
+/* gelu x = x/2 erfc(-x/sqrt 2) is accurate in the far negative tail, where 1 + erf(x/sqrt 2)
+ * would cancel to nothing (gelu(-10) = -7.6e-23, not 0); values from 40-digit arithmetic. glibc's
+ * erfc and the composition's roundings allow a few ulps. */
+Test(float_ops, gelu_tail_and_edges)
+{
+    static const double x[] = {-1.0, -3.0, -5.5, -10.0, -20.0, -30.0, 2.5};
+    static const double want[] = {-0x1.44ed0bb7cb20bp-3,  -0x1.096697b244861p-8,  -0x1.c093d8972fbbep-24,
+                                  -0x1.7079362639d51p-74, -0x1.1876296f504b2p-290, -0x1.601c52358b95dp-651,
+                                  0x1.3e034de12223cp+1};
+    for (size_t i = 0; i < COUNT(x); i++) {
+        double got = ir_unary_f(IR_OP_GELU, x[i], NULL);
+        cr_assert_leq(fabs(got - want[i]), 4 * ulp64(want[i]), "gelu(%g) = %a, want %a", x[i], got, want[i]);
+    }
+    cr_assert_eq(bits64(ir_unary_f(IR_OP_GELU, -0.0, NULL)), bits64(-0.0));
+    cr_assert_eq(bits64(ir_unary_f(IR_OP_GELU, -40.0, NULL)), bits64(-0.0)); /* underflows, keeps the sign */
+    cr_assert_eq(ir_unary_f(IR_OP_GELU, 40.0, NULL), 40.0);
+    cr_assert_eq(ir_unary_f(IR_OP_GELU, DBL_MAX, NULL), DBL_MAX);
+    cr_assert_eq(bits64(ir_unary_f(IR_OP_GELU, -DBL_MAX, NULL)), bits64(-0.0));
+    cr_assert_eq(ir_unary_f(IR_OP_GELU, INFINITY, NULL), INFINITY);
+    cr_assert(isnan(ir_unary_f(IR_OP_GELU, -INFINITY, NULL))); /* -inf * erfc(inf) = -inf * 0 */
+    cr_assert(isnan(ir_unary_f(IR_OP_GELU, NAN, NULL)));
+    /* an f32 result is the double result rounded: the true value, representable in f32 */
+    cr_assert_eq((float)ir_unary_f(IR_OP_GELU, -10.0, NULL), (float)-0x1.7079362639d51p-74);
 }
 
 Test(float_ops, numpy_edge_semantics)

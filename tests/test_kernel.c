@@ -1127,27 +1127,44 @@ static const struct {
     {IR_OP_TAN, kir_tan},   {IR_OP_TANH, kir_tanh}, {IR_OP_SIGMOID, kir_sigmoid}, {IR_OP_ERF, kir_erf},
 };
 
-static const double SQRT2_D = 1.41421356237309504880;
+/* gelu's steps (ir/scalar.c, ir/kernel_ops.c) on the host in t around the kernel's own erfc and
+ * exp: t = -x / sqrt 2 as th + tl, s = erfc(th) - tl (2/sqrt pi) e^(-th^2), (0.5 x) s. */
+static void gelu_host(kir_type t, const double *x, int n, double *out)
+{
+    double *th = malloc((size_t)n * sizeof *th), *tl = malloc((size_t)n * sizeof *tl);
+    double *nsq = malloc((size_t)n * sizeof *nsq), *e = malloc((size_t)n * sizeof *e);
+    double *d = malloc((size_t)n * sizeof *d);
+    const double k = 0x1.20dd750429b6dp+0; /* 2/sqrt pi */
+    for (int i = 0; i < n; i++) {
+        if (t == KIR_F32) {
+            float nx = -(float)x[i], h = nx * 0x1.6a09e6p-1f;
+            float l = fmaf(nx, 0x1.9fcef4p-27f, fmaf(nx, 0x1.6a09e6p-1f, -h));
+            th[i] = h, tl[i] = fabsf(h) < INFINITY ? l : 0.0f, nsq[i] = -(h * h);
+        } else {
+            double nx = -x[i], h = nx * 0x1.6a09e667f3bcdp-1;
+            double l = fma(nx, -0x1.bdd3413b26456p-55, fma(nx, 0x1.6a09e667f3bcdp-1, -h));
+            th[i] = h, tl[i] = fabs(h) < INFINITY ? l : 0.0, nsq[i] = -(h * h);
+        }
+    }
+    eval_math(kir_erfc, NULL, t, th, NULL, n, e);
+    eval_math(kir_exp, NULL, t, nsq, NULL, n, d);
+    for (int i = 0; i < n; i++) {
+        if (t == KIR_F32) {
+            float s = fmaf(-((float)tl[i] * (float)k), (float)d[i], (float)e[i]);
+            out[i] = (0.5f * (float)x[i]) * s;
+        } else {
+            out[i] = (0.5 * x[i]) * fma(-(tl[i] * k), d[i], e[i]);
+        }
+    }
+    free(th), free(tl), free(nsq), free(e), free(d);
+}
 
 /* The host composition of a composed op around the kernel's own math function, in t. */
 static void composed_host(ir_op op, kir_type t, const double *x, const double *y, int n, double *out)
 {
-    double *m = malloc((size_t)n * sizeof *m), *q = malloc((size_t)n * sizeof *q);
-    for (int i = 0; i < n; i++) {
-        q[i] = t == KIR_F32 ? (double)((float)x[i] / (float)SQRT2_D) : x[i] / SQRT2_D;
-    }
+    double *m = malloc((size_t)n * sizeof *m);
     switch (op) {
-    case IR_OP_GELU:
-        eval_math(kir_erf, NULL, t, q, NULL, n, m);
-        for (int i = 0; i < n; i++) {
-            if (t == KIR_F32) {
-                float h = 0.5f * (float)x[i], s = 1.0f + (float)m[i];
-                out[i] = h * s;
-            } else {
-                out[i] = (0.5 * x[i]) * (1.0 + m[i]);
-            }
-        }
-        break;
+    case IR_OP_GELU: gelu_host(t, x, n, out); break;
     case IR_OP_SILU:
         eval_math(kir_sigmoid, NULL, t, x, NULL, n, m);
         for (int i = 0; i < n; i++)
@@ -1166,7 +1183,6 @@ static void composed_host(ir_op op, kir_type t, const double *x, const double *y
         break;
     }
     free(m);
-    free(q);
 }
 
 static const ir_op MATH_UNARY[] = {IR_OP_EXP,  IR_OP_EXP2, IR_OP_EXPM1, IR_OP_LOG,  IR_OP_LOG2,    IR_OP_LOG1P,

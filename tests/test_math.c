@@ -24,7 +24,9 @@
  *   Special values (NaN, infinities, signed zeros, domain edges, C99 Annex F tables for atan2
  *   and pow) are checked bit-exactly. sin/cos/tan are measured for |x| < 2^17 (f32) and
  *   |x| < 2^36 (f64), the range their argument reduction is accurate on; beyond it sin and cos
- *   must stay in [-1, 1] and tan must not be NaN. */
+ *   must stay in [-1, 1] and tan must not be NaN.
+ * gelu, an op rather than a kir_ function, is measured the same way through kir_unary_op,
+ * against x/2 erfcl(-x/sqrt 2) with the argument carried in two long doubles (gelu_l). */
 #include <float.h>
 #include <stdint.h>
 
@@ -44,6 +46,30 @@ static long double sigmoid_l(long double x)
     return x >= 0 ? 1.0L / (1.0L + expl(-x)) : expl(x) / (1.0L + expl(x));
 }
 
+/* gelu x = x/2 erfc(-x/sqrt 2) with the argument as th + tl to twice long double's precision:
+ * erfc's relative condition number is 2 t^2, up to 1500 at f64's underflow, so a rounded t
+ * would cost the reference 11 bits. erfc(th + tl) = erfc(th) - tl (2/sqrt pi) e^(-th^2) to
+ * well below long double's rounding. */
+static long double gelu_l(long double x)
+{
+    if (isinf(x))
+        return x > 0 ? x : NAN; /* -inf * erfc(inf) = -inf * 0 */
+    const long double s = 0xb504f333f9de6484p-64L, s_lo = 0x1.65f626cdd52bp-66L; /* 1/sqrt 2 */
+    long double th = -x * s;
+    long double tl = fmal(-x, s, -th) + -x * s_lo;
+    long double e = erfcl(th) - tl * 1.1283791670955125738961589031215452L * expl(-th * th);
+    return 0.5L * x * e;
+}
+static double gelu_d(double x) { return (double)gelu_l(x); }
+
+/* gelu is an op, not a kir_ math function: its composition in ir/kernel_ops.c. */
+static int32_t gelu_op(kir_kernel *k, int32_t x)
+{
+    if (x < 0 || x >= k->n_insts)
+        return -1;
+    return kir_unary_op(k, IR_OP_GELU, (kir_type)k->insts[x].type, x, NULL);
+}
+
 /* One function under test. */
 typedef struct mfn {
     const char *name;
@@ -59,6 +85,15 @@ typedef struct mfn {
     int n_pts;
     double lo64, hi64;       /* interval for the uniform f64 samples */
 } mfn;
+
+/* Inputs x < at (at < 0; {0, 0}: none) held to a bound of their own (gelu: see F_GELU). */
+typedef struct band {
+    double at, bound;
+} band;
+
+static const band NO_BAND = {0, 0};
+
+static bool in_band(band bd, double x) { return bd.at < 0 && x < bd.at; }
 
 /* ---- A one-function kernel and its launch ----------------------------------------------- */
 
@@ -134,6 +169,22 @@ static void note(worst *w, double err, double x, double y, double got, double re
         *w = (worst){err, x, y, got, ref, w->n};
 }
 
+/* Prints and asserts the worst errors: w[0] against bound, w[1] (the inputs of the band, if
+ * any) against the band's bound. */
+static void report(const mfn *f, const char *type, const worst w[2], double bound, band bd)
+{
+    for (int i = 0; i < (bd.at < 0 ? 2 : 1); i++) {
+        char what[64] = "";
+        if (i)
+            snprintf(what, sizeof what, " (x < %g)", bd.at);
+        double lim = i ? bd.bound : bound;
+        fprintf(stderr, "# %s %s%s: max error %.4f ulp at x=%a y=%a (got %a, ref %a); %ld inputs\n", f->name, type,
+                what, w[i].err, w[i].x, w[i].y, w[i].got, w[i].ref, w[i].n);
+        cr_assert(w[i].err <= lim, "%s %s%s: error %.4f ulp > %.2f at x=%a y=%a: got %a, reference %a", f->name, type,
+                  what, w[i].err, lim, w[i].x, w[i].y, w[i].got, w[i].ref);
+    }
+}
+
 static bool trig_outside(double x, double lim)
 {
     return lim > 0 && !(fabs(x) < lim) && !isnan(x);
@@ -159,7 +210,7 @@ typedef struct batch32 {
     int n;
 } batch32;
 
-static void flush32(mk *m, const mfn *f, batch32 *b, worst *w)
+static void flush32(mk *m, const mfn *f, band bd, batch32 *b, worst w[2])
 {
     if (!b->n)
         return;
@@ -171,7 +222,7 @@ static void flush32(mk *m, const mfn *f, batch32 *b, worst *w)
             continue;
         }
         double ref = f->u ? f->r32(x) : f->r32b(x, y);
-        note(w, ulp_err(got, ref, (float)ref, 24, -126), x, y, got, ref);
+        note(&w[in_band(bd, x)], ulp_err(got, ref, (float)ref, 24, -126), x, y, got, ref);
     }
     b->n = 0;
 }
@@ -212,38 +263,35 @@ static float y32(uint64_t *s)
     }
 }
 
-static void push32(mk *m, const mfn *f, batch32 *b, worst *w, float x, float y)
+static void push32(mk *m, const mfn *f, band bd, batch32 *b, worst w[2], float x, float y)
 {
     b->x[b->n] = x;
     b->y[b->n] = y;
     if (++b->n == BATCH)
-        flush32(m, f, b, w);
+        flush32(m, f, bd, b, w);
 }
 
-static void sweep32(const mfn *f)
+static void sweep32(const mfn *f, band bd)
 {
     static batch32 b; /* 192 KiB: off the worker's stack */
     mk m;
     mk_build(&m, f, BURNC_DTYPE_F32);
-    worst w = {0};
+    worst w[2] = {{.err = 0}, {.err = 0}};
     uint64_t s = 0x9e3779b97f4a7c15u;
     b.n = 0;
     for (uint64_t u = 0; u < (UINT64_C(1) << 32); u += STRIDE32)
-        push32(&m, f, &b, &w, f32_of((uint32_t)u), y32(&s));
+        push32(&m, f, bd, &b, w, f32_of((uint32_t)u), y32(&s));
     for (int p = 0; p < f->n_pts; p++) {
         uint32_t c = bits32((float)f->pts[p]);
         for (int64_t d = -WINDOW32; d < WINDOW32; d++) {
             int64_t u = (int64_t)c + d;
             if (u < 0 || u > UINT32_MAX || ((u ^ c) & 0x80000000u))
                 continue; /* stay on the point's side of zero */
-            push32(&m, f, &b, &w, f32_of((uint32_t)u), f->u ? 0.0f : y32(&s));
+            push32(&m, f, bd, &b, w, f32_of((uint32_t)u), f->u ? 0.0f : y32(&s));
         }
     }
-    flush32(&m, f, &b, &w);
-    fprintf(stderr, "# %s f32: max error %.4f ulp at x=%a y=%a (got %a, ref %a); %ld inputs\n", f->name, w.err,
-            w.x, w.y, w.got, w.ref, w.n);
-    cr_assert(w.err <= f->bound32, "%s f32: error %.4f ulp > %.2f at x=%a y=%a: got %a, reference %a", f->name,
-              w.err, f->bound32, w.x, w.y, w.got, w.ref);
+    flush32(&m, f, bd, &b, w);
+    report(f, "f32", w, f->bound32, bd);
     kir_free(&m.k);
 }
 
@@ -256,7 +304,7 @@ typedef struct batch64 {
     int n;
 } batch64;
 
-static void flush64(mk *m, const mfn *f, batch64 *b, worst *w)
+static void flush64(mk *m, const mfn *f, band bd, batch64 *b, worst w[2])
 {
     if (!b->n)
         return;
@@ -268,7 +316,7 @@ static void flush64(mk *m, const mfn *f, batch64 *b, worst *w)
             continue;
         }
         long double ref = f->u ? f->r64(x) : f->r64b(x, y);
-        note(w, ulp_err(got, ref, (double)ref, 53, -1022), x, y, got, (double)ref);
+        note(&w[in_band(bd, x)], ulp_err(got, ref, (double)ref, 53, -1022), x, y, got, (double)ref);
     }
     b->n = 0;
 }
@@ -312,25 +360,22 @@ static double x64(const mfn *f, uint64_t *s)
     }
 }
 
-static void sample64(const mfn *f)
+static void sample64(const mfn *f, band bd)
 {
     static batch64 b;
     mk m;
     mk_build(&m, f, BURNC_DTYPE_F64);
-    worst w = {0};
+    worst w[2] = {{.err = 0}, {.err = 0}};
     uint64_t s = 0x2545f4914f6cdd1du;
     b.n = 0;
     for (int i = 0; i < N64; i++) {
         b.x[b.n] = x64(f, &s);
         b.y[b.n] = f->u ? 0.0 : y64(&s);
         if (++b.n == BATCH)
-            flush64(&m, f, &b, &w);
+            flush64(&m, f, bd, &b, w);
     }
-    flush64(&m, f, &b, &w);
-    fprintf(stderr, "# %s f64: max error %.4f ulp at x=%a y=%a (got %a, ref %a); %ld inputs\n", f->name, w.err,
-            w.x, w.y, w.got, w.ref, w.n);
-    cr_assert(w.err <= f->bound64, "%s f64: error %.4f ulp > %.2f at x=%a y=%a: got %a, reference %a", f->name,
-              w.err, f->bound64, w.x, w.y, w.got, w.ref);
+    flush64(&m, f, bd, &b, w);
+    report(f, "f64", w, f->bound64, bd);
     kir_free(&m.k);
 }
 
@@ -377,6 +422,14 @@ static const mfn F_TANH = {"tanh", kir_tanh, NULL, tanh, tanhl, NULL, NULL, 1.0,
 static const mfn F_ERF = {"erf", kir_erf, NULL, erf, erfl, NULL, NULL, 1.0, 1.0, 0, 0,
                           PTS(0x1p-20, 1.0, -1.0, 2.25, 3.75, 3.9375, 5.92, 6.0, 0x1p-126),
                           -7, 7};
+static const mfn F_ERFC = {"erfc", kir_erfc, NULL, erfc, erfcl, NULL, NULL, 1.0, 1.0, 0, 0,
+                           PTS(0x1p-20, 0.5, -0.5, 1.0, 1.5, 2.5, -2.5, 4.0, 9.19, 10.0542, 10.0625, 26.55, 27.226,
+                               27.25, 0x1p-126),
+                           -7, 28};
+static const mfn F_GELU = {"gelu", gelu_op, NULL, gelu_d, gelu_l, NULL, NULL, 3.0, 3.0, 0, 0,
+                           PTS(0x1p-20, -0.70710678, 0.70710678, -1.41421356, -3.5355339, -13.0, -14.21,
+                               -14.23, -37.5, -38.5, 0x1p-126),
+                           -40, 10};
 static const mfn F_SIGMOID = {"sigmoid", kir_sigmoid, NULL, sigmoid_d, sigmoid_l, NULL, NULL, 1.0, 1.0, 0, 0,
                               PTS(0x1p-20, -0x1p-20, -87.0, -103.5, 16.6, -745.0, 36.7, -708.0),
                               -750, 40};
@@ -388,8 +441,8 @@ static const mfn F_POW = {"pow", NULL, kir_pow, NULL, NULL, pow, powl, 1.0, 1.0,
                           0, 16};
 
 #define ACCURACY_TESTS(fn)                                                                        \
-    Test(math, fn##_f32, .timeout = 120) { sweep32(&F_##fn); BT_LEAK_CHECK(); }                   \
-    Test(math, fn##_f64, .timeout = 120) { sample64(&F_##fn); BT_LEAK_CHECK(); }
+    Test(math, fn##_f32, .timeout = 120) { sweep32(&F_##fn, NO_BAND); BT_LEAK_CHECK(); }          \
+    Test(math, fn##_f64, .timeout = 120) { sample64(&F_##fn, NO_BAND); BT_LEAK_CHECK(); }
 
 ACCURACY_TESTS(EXP)
 ACCURACY_TESTS(EXP2)
@@ -402,6 +455,24 @@ ACCURACY_TESTS(COS)
 ACCURACY_TESTS(TAN)
 ACCURACY_TESTS(TANH)
 ACCURACY_TESTS(ERF)
+ACCURACY_TESTS(ERFC)
+
+/* gelu, as an op: erfc's error and the composition's two roundings, in ulps of the result (3).
+ * Below x = -13.0031 (f32) and -37.5379 (f64), erfc(-x/sqrt 2) < 2^-126 (2^-1022) is subnormal,
+ * off by up to about one unit of the smallest subnormal, which the factor x/2 multiplies: there
+ * the bound is 0.6 |x| + 1 such units (the results are subnormal or barely normal; gelu rounds
+ * to -0 below x = -14.3 and -38.6), at most 10 (f32) and 25 (f64). */
+static const band GELU_BAND32 = {-13.0031, 10.0}, GELU_BAND64 = {-37.5379, 25.0};
+Test(math, GELU_f32, .timeout = 120)
+{
+    sweep32(&F_GELU, GELU_BAND32);
+    BT_LEAK_CHECK();
+}
+Test(math, GELU_f64, .timeout = 120)
+{
+    sample64(&F_GELU, GELU_BAND64);
+    BT_LEAK_CHECK();
+}
 ACCURACY_TESTS(SIGMOID)
 ACCURACY_TESTS(ATAN2)
 ACCURACY_TESTS(POW)
@@ -545,6 +616,54 @@ Test(math, specials_tanh_erf_sigmoid)
     BT_LEAK_CHECK();
 }
 
+Test(math, specials_erfc_gelu)
+{
+    const sv e[] = {{QNAN, 0, QNAN}, {INF, 0, 0.0}, {-INF, 0, 2.0}, {0.0, 0, 1.0}, {-0.0, 0, 1.0},
+                    {0x1p-149, 0, 1.0}, {-0x1p-149, 0, 1.0}, {30.0, 0, 0.0}, {-30.0, 0, 2.0}, {1e300, 0, 0.0},
+                    {-1e300, 0, 2.0}, {3e38, 0, 0.0}, {-3e38, 0, 2.0}};
+    check_specials(&F_ERFC, e, COUNT(e));
+    const sv g[] = {{QNAN, 0, QNAN}, {INF, 0, INF},   {-INF, 0, QNAN}, {0.0, 0, 0.0},   {-0.0, 0, -0.0},
+                    {-40.0, 0, -0.0}, {40.0, 0, 40.0}, {3e38, 0, 3e38},  {-3e38, 0, -0.0},
+                    {0x1p-126, 0, 0x1p-127}};
+    check_specials(&F_GELU, g, COUNT(g));
+    BT_LEAK_CHECK();
+}
+
+/* erfc through the subnormal range (x > 9.195 for f32, 26.544 for f64): each result within one
+ * unit of the smallest subnormal of the libm value (one rounding), none flushed to 0 early, and
+ * exactly 0 past the end of the pieces (10.0625, 27.25). */
+Test(math, erfc_subnormal_tail)
+{
+    mk m;
+    mk_build(&m, &F_ERFC, BURNC_DTYPE_F32);
+    float x[2048], o[2048];
+    int n = 0;
+    for (float v = 9.2f; v < 10.2f && n < 2048; v += 0.0005f)
+        x[n++] = v;
+    mk_run(&m, x, x, o, n);
+    for (int i = 0; i < n; i++) {
+        float want = (float)erfc((double)x[i]);
+        cr_assert(fabsf(o[i] - want) <= 0x1p-149f, "f32 erfc(%a) = %a, expected %a", x[i], o[i], want);
+        cr_assert(want == 0.0f || o[i] > 0.0f, "f32 erfc(%a) flushed to 0", x[i]);
+        cr_assert(x[i] < 10.0625f || o[i] == 0.0f, "f32 erfc(%a) = %a", x[i], o[i]);
+    }
+    kir_free(&m.k);
+    mk_build(&m, &F_ERFC, BURNC_DTYPE_F64);
+    double xd[2048], od[2048];
+    n = 0;
+    for (double v = 26.55; v < 27.4 && n < 2048; v += 0.000437)
+        xd[n++] = v;
+    mk_run(&m, xd, xd, od, n);
+    for (int i = 0; i < n; i++) {
+        double want = (double)erfcl(xd[i]);
+        cr_assert(fabs(od[i] - want) <= 0x1p-1074, "f64 erfc(%a) = %a, expected %a", xd[i], od[i], want);
+        cr_assert(want == 0.0 || od[i] > 0.0, "f64 erfc(%a) flushed to 0", xd[i]);
+        cr_assert(xd[i] < 27.25 || od[i] == 0.0, "f64 erfc(%a) = %a", xd[i], od[i]);
+    }
+    kir_free(&m.k);
+    BT_LEAK_CHECK();
+}
+
 /* Sigmoid far in the negative range: e^x down to the subnormals, never 0 too early. */
 Test(math, sigmoid_tail)
 {
@@ -605,7 +724,7 @@ Test(math, bad_operands)
     int32_t f = kir_const_f(&k, KIR_F32, 1.0);
     int32_t d = kir_const_f(&k, KIR_F64, 1.0);
     unary_fn u[] = {kir_exp, kir_exp2, kir_expm1, kir_log, kir_log2, kir_log1p, kir_sin,
-                    kir_cos, kir_tan, kir_tanh, kir_erf, kir_sigmoid};
+                    kir_cos, kir_tan, kir_tanh, kir_erf, kir_erfc, kir_sigmoid};
     for (size_t j = 0; j < COUNT(u); j++) {
         cr_assert_eq(u[j](&k, i), -1);
         cr_assert_eq(u[j](&k, -1), -1);
