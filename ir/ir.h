@@ -75,6 +75,11 @@ int64_t ir_unary_i(ir_op op, int64_t x, burnc_dtype_t dt, const double *scalar);
 double ir_binary_f(ir_op op, double a, double b);
 int64_t ir_binary_i(ir_op op, int64_t a, int64_t b, burnc_dtype_t dt);
 
+/* Integer division with burnc's semantics (Python's // and %): floor quotient, remainder with
+ * the divisor's sign, both 0 for a zero divisor; INT64_MIN // -1 wraps. */
+int64_t ir_floor_div(int64_t a, int64_t b);
+int64_t ir_floor_mod(int64_t a, int64_t b);
+
 /* Philox 4x32-10 (Salmon et al., SC'11): one block for a 128-bit counter and 64-bit key. */
 void ir_philox4x32_block(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 /* The block for counter {lo, hi, 0, 0} of a 64-bit counter and key {lo, hi} of a 64-bit key. */

@@ -72,28 +72,6 @@ static int width(int t) { return t == KIR_U8 ? 8 : (t == KIR_I32 || t == KIR_U32
 
 /* Floor division and remainder (Python's // and %), 0 for a zero divisor; the minimum
  * divided by -1 wraps (and leaves remainder 0). */
-static int64_t floor_div(int64_t a, int64_t b)
-{
-    if (b == 0)
-        return 0;
-    if (b == -1)
-        return sval(0 - (uint64_t)a);
-    int64_t q = a / b;
-    if (a % b != 0 && ((a < 0) != (b < 0)))
-        q--;
-    return q;
-}
-
-static int64_t floor_mod(int64_t a, int64_t b)
-{
-    if (b == 0 || b == -1)
-        return 0;
-    int64_t r = a % b;
-    if (r != 0 && ((r < 0) != (b < 0)))
-        r += b;
-    return r;
-}
-
 /* The high 64 bits of a 64x64 product, from 32-bit halves. */
 static uint64_t mulhi64(uint64_t a, uint64_t b)
 {
@@ -120,11 +98,11 @@ static uint64_t int_binary(int op, int t, uint64_t a, uint64_t b)
     case KIR_MUL: return canon(t, a * b);
     case KIR_DIV:
         if (sg)
-            return canon(t, (uint64_t)floor_div(sval(a), sval(b)));
+            return canon(t, (uint64_t)ir_floor_div(sval(a), sval(b)));
         return b ? a / b : 0;
     case KIR_REM:
         if (sg)
-            return canon(t, (uint64_t)floor_mod(sval(a), sval(b)));
+            return canon(t, (uint64_t)ir_floor_mod(sval(a), sval(b)));
         return b ? a % b : 0;
     case KIR_MULHI: return t == KIR_U32 ? (a * b) >> 32 : mulhi64(a, b);
     case KIR_AND: return a & b;

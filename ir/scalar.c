@@ -161,7 +161,7 @@ static int64_t wrap_neg(int64_t a) { return from_u64(0 - (uint64_t)a); }
 
 /* Python's //: the quotient rounded toward -inf. C's / truncates, so step down when the
  * division was inexact and the signs differ. INT64_MIN / -1 wraps to INT64_MIN. */
-static int64_t floor_div(int64_t a, int64_t b)
+int64_t ir_floor_div(int64_t a, int64_t b)
 {
     if (b == 0)
         return 0;
@@ -173,8 +173,8 @@ static int64_t floor_div(int64_t a, int64_t b)
     return q;
 }
 
-/* Python's %: the result has the divisor's sign, so a == floor_div(a, b) * b + mod. */
-static int64_t floor_mod(int64_t a, int64_t b)
+/* Python's %: the result has the divisor's sign, so a == ir_floor_div(a, b) * b + mod. */
+int64_t ir_floor_mod(int64_t a, int64_t b)
 {
     if (b == 0 || b == -1)
         return 0;
@@ -240,11 +240,11 @@ int64_t ir_binary_i(ir_op op, int64_t a, int64_t b, burnc_dtype_t dt)
     case IR_OP_ADD: return wrap_add(a, b);
     case IR_OP_SUB: return wrap_sub(a, b);
     case IR_OP_MUL: return wrap_mul(a, b);
-    case IR_OP_DIV: return floor_div(a, b);
+    case IR_OP_DIV: return ir_floor_div(a, b);
     case IR_OP_POW: return int_pow(a, b);
     case IR_OP_MAXIMUM: return max_i(a, b);
     case IR_OP_MINIMUM: return min_i(a, b);
-    case IR_OP_REMAINDER: return floor_mod(a, b);
+    case IR_OP_REMAINDER: return ir_floor_mod(a, b);
     case IR_OP_EQ: return a == b;
     case IR_OP_NE: return a != b;
     case IR_OP_LT: return a < b;
