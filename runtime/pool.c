@@ -103,3 +103,11 @@ void rt_pool_report(rt_device *dev, burnc_memory_report_t *out)
     out->buffers_in_use = p->buffers;
     mtx_unlock(&p->lock);
 }
+
+burnc_status_t rt_buffer_check(const rt_device *dev, const rt_buffer *buf, size_t offset, size_t n, const char *what)
+{
+    if (offset > buf->size || n > buf->size - offset)
+        return rt_fail(BURNC_ERR_INTERNAL, "%s: %s of %zu bytes at %zu past a buffer of %zu bytes", dev->be->kind, what,
+                       n, offset, buf->size);
+    return BURNC_OK;
+}

@@ -172,6 +172,8 @@ burnc_status_t rt_pool_alloc(rt_device *dev, size_t size, rt_buffer **out);
 void rt_pool_free(rt_device *dev, rt_buffer *buf);
 void rt_pool_trim(rt_device *dev);
 void rt_pool_report(rt_device *dev, burnc_memory_report_t *out);
+/* Transfers past a buffer's end are runtime bugs: BURNC_ERR_INTERNAL keeps them visible. */
+burnc_status_t rt_buffer_check(const rt_device *dev, const rt_buffer *buf, size_t offset, size_t n, const char *what);
 
 /* ---- Storage and tensors (runtime/tensor.c) ---------------------------------------------- */
 rt_storage *rt_storage_new(rt_device *dev, size_t nbytes);

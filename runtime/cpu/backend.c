@@ -165,13 +165,6 @@ static burnc_status_t cpu_wrap_host(rt_device *dev, void *ptr, size_t size, rt_b
     return BURNC_OK;
 }
 
-static burnc_status_t check_range(const rt_buffer *buf, size_t offset, size_t n, const char *what)
-{
-    if (offset > buf->size || n > buf->size - offset)
-        return rt_fail(BURNC_ERR_INTERNAL, "cpu: %s of %zu bytes at %zu past a buffer of %zu bytes", what, n,
-                       offset, buf->size);
-    return BURNC_OK;
-}
 
 /* Host writes go straight into the buffer once the queued jobs that use it are done: they
  * only ever target a buffer fresh from the pool, which a queued job may still read only when
@@ -181,7 +174,7 @@ static burnc_status_t cpu_write(rt_device *dev, rt_buffer *buf, size_t offset, c
 {
     if (buf->external)
         return rt_fail(BURNC_ERR_INTERNAL, "cpu: write into caller memory");
-    RT_TRY(check_range(buf, offset, n, "write"));
+    RT_TRY(rt_buffer_check(dev, buf, offset, n, "write"));
     cpu_buffer *b = cpu_buf(buf);
     cpu_queue_wait_buffer(cpu_dev(dev)->queue, b);
     cpu_buffer_poison(b, BURNC_OK, NULL);
@@ -194,7 +187,7 @@ static burnc_status_t cpu_write(rt_device *dev, rt_buffer *buf, size_t offset, c
  * a failed producer's error comes back here. */
 static burnc_status_t cpu_read(rt_device *dev, rt_buffer *buf, size_t offset, void *dst, size_t n)
 {
-    RT_TRY(check_range(buf, offset, n, "read"));
+    RT_TRY(rt_buffer_check(dev, buf, offset, n, "read"));
     cpu_buffer *b = cpu_buf(buf);
     cpu_queue_wait_buffer(cpu_dev(dev)->queue, b);
     if (b->poison)

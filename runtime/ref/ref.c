@@ -102,21 +102,13 @@ static burnc_status_t ref_wrap_host(rt_device *dev, void *ptr, size_t size, rt_b
     return BURNC_OK;
 }
 
-/* Transfers past a buffer's end are runtime bugs; refusing them keeps the bug visible. */
-static burnc_status_t check_range(const rt_buffer *buf, size_t offset, size_t n, const char *what)
-{
-    if (offset > buf->size || n > buf->size - offset)
-        return rt_fail(BURNC_ERR_INTERNAL, "ref: %s of %zu bytes at %zu past a buffer of %zu bytes", what, n,
-                       offset, buf->size);
-    return BURNC_OK;
-}
 
 static burnc_status_t ref_write(rt_device *dev, rt_buffer *buf, size_t offset, const void *src, size_t n)
 {
     (void)dev;
     if (buf->external)
         return rt_fail(BURNC_ERR_INTERNAL, "ref: write into caller memory");
-    RT_TRY(check_range(buf, offset, n, "write"));
+    RT_TRY(rt_buffer_check(dev, buf, offset, n, "write"));
     if (n)
         memcpy((char *)buf->host + offset, src, n);
     return BURNC_OK;
@@ -125,7 +117,7 @@ static burnc_status_t ref_write(rt_device *dev, rt_buffer *buf, size_t offset, c
 static burnc_status_t ref_read(rt_device *dev, rt_buffer *buf, size_t offset, void *dst, size_t n)
 {
     (void)dev;
-    RT_TRY(check_range(buf, offset, n, "read"));
+    RT_TRY(rt_buffer_check(dev, buf, offset, n, "read"));
     if (n)
         memcpy(dst, (const char *)buf->host + offset, n);
     return BURNC_OK;
