@@ -1,47 +1,26 @@
-/* burnc-bench: workloads timed on one device, printed as a table and optionally written as
- * JSON. Each workload fills a list of metrics; a metric may carry the target it is judged by.
+/* burnc-bench: workloads timed on one device against memory probes measured in the same run,
+ * printed as a table with the issue's targets, optionally written as JSON and as an SVG plot.
  *
- *   burnc-bench [--device SPEC] [--reps N] [--json FILE] [--check] [--list] [NAME...]
+ *   burnc-bench [--device SPEC] [--reps N] [--json FILE] [--plot FILE.svg] [--check]
+ *               [--details] [--list] [NAME...]
  *
- * NAME filters workloads by substring. Adding a workload: write a function of type
- * bench_fn and add a line to `workloads` below. */
-#include <burnc.h>
+ * NAME filters workloads by substring. Adding a workload: write a function of type bench_fn
+ * (workloads.c, process.c) and add a line to `workloads` below. */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include <errno.h>
+#include <limits.h>
+#include <sched.h>
 #include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
-#define BENCH_MAX_METRICS 16
-
-typedef enum { TARGET_NONE, TARGET_AT_MOST, TARGET_AT_LEAST } target_kind;
-
-typedef struct bench_metric {
-    char name[48];
-    double value;
-    const char *unit;
-    target_kind kind;
-    double target;
-} bench_metric;
-
-typedef struct bench_result {
-    bench_metric m[BENCH_MAX_METRICS];
-    int n;
-    char note[256];
-} bench_result;
-
-typedef struct bench_ctx {
-    burnc_device_t *dev;
-    int reps; /* timed repetitions; a workload reports medians over them */
-} bench_ctx;
-
-/* Returns 0, or nonzero after printing why it failed. */
-typedef int (*bench_fn)(const bench_ctx *ctx, bench_result *out);
+#include "bench.h"
 
 /* ---- Helpers ----------------------------------------------------------------------------- */
 
-static double now_ns(void)
+double now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -54,18 +33,26 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Sorts v in place. */
-static double median(double *v, int n)
+double median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static void add_metric(bench_result *r, const char *name, double value, const char *unit, target_kind kind,
-                       double target)
+double min_of(const double *v, int n)
 {
-    if (r->n >= BENCH_MAX_METRICS)
+    double m = v[0];
+    for (int i = 1; i < n; i++)
+        m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+void add_metric(bench_result *r, const char *name, double value, const char *unit, bench_target kind, double target)
+{
+    if (r->n >= BENCH_MAX_METRICS) {
+        fprintf(stderr, "burnc-bench: too many metrics; %s dropped\n", name);
         return;
+    }
     bench_metric *m = &r->m[r->n++];
     snprintf(m->name, sizeof m->name, "%s", name);
     m->value = value;
@@ -74,13 +61,7 @@ static void add_metric(bench_result *r, const char *name, double value, const ch
     m->target = target;
 }
 
-static int bench_error(const char *what)
-{
-    fprintf(stderr, "burnc-bench: %s: %s (%s)\n", what, burnc_error_message(), burnc_status_name(burnc_error_code()));
-    return 1;
-}
-
-static bool metric_met(const bench_metric *m)
+bool metric_met(const bench_metric *m)
 {
     switch (m->kind) {
     case TARGET_AT_MOST: return m->value <= m->target;
@@ -89,88 +70,114 @@ static bool metric_met(const bench_metric *m)
     }
 }
 
-/* ---- Workload: recording cost ------------------------------------------------------------ */
-
-/* RECORD_OPS stays below the stream's automatic flush (4096 records today), so the recording
- * time holds no execution. */
-enum { RECORD_OPS = 1000, RECORD_ELEMS = 16 };
-#define RECORD_TARGET_NS 250.0 /* the issue's target per recorded op */
-
-/* Records a chain of RECORD_OPS element-wise ops (add and mul alternating) on 16-element
- * tensors inside a scope. Timed apart: recording; releasing the scope; running the chain
- * (flush + sync). */
-static int run_record(const bench_ctx *ctx, bench_result *out)
+int bench_error(const char *what)
 {
-    const int64_t shape[1] = {RECORD_ELEMS};
-    burnc_tensor_t *a = burnc_zeros(ctx->dev, BURNC_DTYPE_F32, 1, shape);
-    burnc_tensor_t *one = burnc_ones(ctx->dev, BURNC_DTYPE_F32, 1, shape);
-    if (!a || !one || burnc_device_sync(ctx->dev) != BURNC_OK)
-        return bench_error("record: inputs");
-
-    double *rec = calloc((size_t)ctx->reps, sizeof *rec);
-    double *rel = calloc((size_t)ctx->reps, sizeof *rel);
-    double *run = calloc((size_t)ctx->reps, sizeof *run);
-    int status = 0;
-    if (!rec || !rel || !run) {
-        fprintf(stderr, "burnc-bench: out of host memory\n");
-        status = 1;
-        goto done;
-    }
-    /* Repetition -1 warms up (first-use allocations, code paths; on compiling devices the
-     * chain's kernels are compiled then) and is reported apart as the first run. */
-    double first_run = 0;
-    for (int rep = -1; rep < ctx->reps && status == 0; rep++) {
-        double t0 = now_ns();
-        burnc_scope_begin();
-        burnc_tensor_t *x = a;
-        for (int i = 0; i < RECORD_OPS; i++)
-            x = (i & 1) ? burnc_mul(x, one) : burnc_add(x, one);
-        double t1 = now_ns();
-        burnc_tensor_keep(x);
-        burnc_scope_end();
-        double t2 = now_ns();
-        burnc_status_t s = x ? burnc_device_flush(ctx->dev) : BURNC_ERR_INTERNAL;
-        if (s == BURNC_OK)
-            s = burnc_device_sync(ctx->dev);
-        double t3 = now_ns();
-
-        float v[RECORD_ELEMS];
-        if (s != BURNC_OK || burnc_tensor_read(x, v, sizeof v) != BURNC_OK) {
-            status = bench_error("record: running the chain");
-        } else if (v[0] != (float)(RECORD_OPS / 2) || v[RECORD_ELEMS - 1] != (float)(RECORD_OPS / 2)) {
-            fprintf(stderr, "burnc-bench: record: wrong result %g, expected %d\n", (double)v[0], RECORD_OPS / 2);
-            status = 1;
-        } else if (rep < 0) {
-            first_run = t3 - t2;
-        } else {
-            rec[rep] = (t1 - t0) / RECORD_OPS;
-            rel[rep] = (t2 - t1) / RECORD_OPS;
-            run[rep] = (t3 - t2) / RECORD_OPS;
-        }
-        burnc_tensor_release(x);
-    }
-    if (status == 0) {
-        double rec_min = rec[0];
-        for (int i = 1; i < ctx->reps; i++)
-            rec_min = rec[i] < rec_min ? rec[i] : rec_min;
-        add_metric(out, "record_ns_per_op", median(rec, ctx->reps), "ns/op", TARGET_AT_MOST, RECORD_TARGET_NS);
-        add_metric(out, "record_ns_per_op_min", rec_min, "ns/op", TARGET_NONE, 0);
-        add_metric(out, "release_ns_per_op", median(rel, ctx->reps), "ns/op", TARGET_NONE, 0);
-        add_metric(out, "run_ns_per_op", median(run, ctx->reps), "ns/op", TARGET_NONE, 0);
-        add_metric(out, "first_run_ms", first_run * 1e-6, "ms", TARGET_NONE, 0);
-        snprintf(out->note, sizeof out->note,
-                 "%d ops (add/mul alternating) on %d f32 per repetition; median of %d; run = flush + sync; "
-                 "first run = the untimed warm-up's flush + sync",
-                 RECORD_OPS, RECORD_ELEMS, ctx->reps);
-    }
-done:
-    free(run);
-    free(rel);
-    free(rec);
-    burnc_tensor_release(one);
-    burnc_tensor_release(a);
-    return status;
+    fprintf(stderr, "burnc-bench: %s: %s (%s)\n", what, burnc_error_message(), burnc_status_name(burnc_error_code()));
+    return 1;
 }
+
+int bench_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("burnc-bench: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+int device_thread_count(void)
+{
+    const char *env = getenv("BURNC_NUM_THREADS");
+    if (env && *env) {
+        char *end;
+        long n = strtol(env, &end, 10);
+        if (!*end && n > 0)
+            return n > 1024 ? 1024 : (int)n;
+    }
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+void format_count(char *out, size_t cap, int64_t n)
+{
+    if (n > 0 && (n & (n - 1)) == 0 && n >= 1024) {
+        int e = 0;
+        while ((INT64_C(1) << e) < n)
+            e++;
+        snprintf(out, cap, "2^%d", e);
+    } else {
+        snprintf(out, cap, "%lld", (long long)n);
+    }
+}
+
+/* ---- burnc's log, captured ----------------------------------------------------------------- */
+
+/* "cpu group 2/5: sub, 1 record (sub), 2 inputs, 1 output, cut: ..." or
+ * "cpu group 1/1: copy (opaque), cut: ..." (runtime/stream.c) */
+static void parse_group(log_capture *c, const char *msg)
+{
+    const char *g = strstr(msg, " group ");
+    const char *colon = g ? strchr(g, ':') : NULL;
+    if (!colon)
+        return;
+    if (c->n_groups >= LOG_MAX_GROUPS) {
+        c->overflow = true;
+        return;
+    }
+    log_group *lg = &c->groups[c->n_groups];
+    const char *opaque = strstr(colon, " (opaque)");
+    const char *rec = strstr(colon, " record");
+    const char *open = rec ? strchr(rec, '(') : NULL;
+    const char *close = open ? strchr(open, ')') : NULL;
+    if (opaque && (!rec || opaque < rec)) {
+        int len = (int)(opaque - (colon + 2));
+        snprintf(lg->ops, sizeof lg->ops, "%.*s", len > 0 ? len : 0, colon + 2);
+        lg->n_inputs = -1;
+    } else if (close && close[1] == ',') {
+        snprintf(lg->ops, sizeof lg->ops, "%.*s", (int)(close - open - 1), open + 1);
+        lg->n_inputs = (int)strtol(close + 2, NULL, 10);
+    } else {
+        return;
+    }
+    c->n_groups++;
+}
+
+static void parse_codegen(log_capture *c, const char *msg)
+{
+    static const char miss[] = ": miss, compiled in ";
+    const char *p;
+    if ((p = strstr(msg, miss))) {
+        c->compiled++;
+        c->compile_ms += strtod(p + sizeof miss - 1, NULL);
+    } else if (strstr(msg, ": disk hit")) {
+        c->disk_hits++;
+    } else if (!strncmp(msg, "loaded ", 7) && (p = strstr(msg, ") in "))) {
+        c->llvm_load_ms = strtod(p + 5, NULL);
+    }
+}
+
+/* Called under burnc's log lock: calls never overlap. */
+static void on_log(void *user, const char *topic, const char *msg)
+{
+    log_capture *c = user;
+    if (!strcmp(topic, "fusion"))
+        parse_group(c, msg);
+    else if (!strcmp(topic, "codegen"))
+        parse_codegen(c, msg);
+}
+
+void log_capture_begin(log_capture *cap)
+{
+    memset(cap, 0, sizeof *cap);
+    burnc_log_set_callback(on_log, cap);
+}
+
+void log_capture_end(void) { burnc_log_set_callback(NULL, NULL); }
 
 /* ---- The table of workloads -------------------------------------------------------------- */
 
@@ -180,6 +187,17 @@ static const struct workload {
     bench_fn run;
 } workloads[] = {
     {"record", "recording cost per element-wise op (excluding the flush), and the time to run them", run_record},
+    {"gelu", "x * (erf(x / sqrt2) + 1) / 2 * w + b over 2^25 f32 (Burn's custom GELU in elementary ops)", run_gelu},
+    {"softmax", "burnc_softmax over the rows of 4096x4096 f32 (max, sub, exp, sum, div)", run_softmax},
+    {"layer_norm", "burnc_layer_norm over the rows of 4096x4096 f32 (mean, sub, mul, mean, add, sqrt, div)",
+     run_layer_norm},
+    {"sum", "sum of 2^25 f32", run_sum},
+    {"bcast", "10 element-wise ops on 4096x4096 f32 with [4096] and [4096,1] operands", run_bcast},
+    {"small_ops", "20 small ops (10x mul+add) on 4096 f32: host time per iteration, sync included", run_small_ops},
+    {"first_call", "first call of a new fused chain (record, fuse, compile, run), cold caches, fresh process",
+     run_first_call},
+    {"warm_start", "a fresh process with a warm disk cache: from exec to its first result; libLLVM mapped?",
+     run_warm_start},
 };
 enum { N_WORKLOADS = sizeof workloads / sizeof workloads[0] };
 
@@ -200,39 +218,136 @@ static void json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static void print_table(const bench_result *res, const bool *ran)
+static const char *mark(bool met) { return met ? "ok" : "MISSED"; }
+
+static void print_probes(const bench_ctx *ctx)
 {
-    printf("%-10s %-22s %14s %-7s %-12s %s\n", "workload", "metric", "value", "unit", "target", "status");
+    if (ctx->n_measured == 0)
+        return;
+    printf("probes: plain C loops on %d thread%s over buffers of the workload's size, run in turn with its fused "
+           "and eager runs (medians of %d):\n",
+           probe_pool_threads(ctx->probes), probe_pool_threads(ctx->probes) == 1 ? "" : "s", ctx->reps);
+    for (int i = 0; i < ctx->n_measured; i++) {
+        const bench_probe_entry *e = &ctx->measured[i];
+        char n[24];
+        format_count(n, sizeof n, e->n);
+        printf("  %-10s %-6s %-18s over %-5s f32  %7.1f GB/s\n", e->workload, probe_mix_name(e->mix),
+               probe_mix_what(e->mix), n, e->gbps);
+    }
+    printf("\n");
+}
+
+static void print_bandwidth(const bench_result *res, const bool *ran)
+{
+    bool any = false;
+    for (int w = 0; w < N_WORKLOADS; w++)
+        any |= ran[w] && res[w].bw.valid;
+    if (!any)
+        return;
+    printf("memory-bound workloads (effective GB/s: inputs read once, outputs written once; traffic = eager "
+           "bytes / fused bytes):\n");
+    printf("%-10s %-9s %9s %9s %8s %8s  %-13s %-19s %8s %8s %-18s %s\n", "workload", "size", "fused ms", "eager ms",
+           "fused", "eager", "probe GB/s", "fused/probe", "traffic", "speedup", "speedup/traffic", "kernels");
+    for (int w = 0; w < N_WORKLOADS; w++) {
+        const bench_bandwidth *b = &res[w].bw;
+        if (!ran[w] || !b->valid)
+            continue;
+        double fused_gbps = b->fused_bytes / (b->fused_ms * 1e6), eager_gbps = b->fused_bytes / (b->eager_ms * 1e6);
+        double of_probe = fused_gbps / b->probe_gbps, traffic = b->eager_bytes / b->fused_bytes;
+        double speedup = b->eager_ms / b->fused_ms;
+        char probe[32], judged[40], vs_traffic[40], kernels[24];
+        snprintf(probe, sizeof probe, "%s %.1f", probe_mix_name(b->probe), b->probe_gbps);
+        if (b->probe_target > 0)
+            snprintf(judged, sizeof judged, "%.2f >=%.2g %s", of_probe, b->probe_target,
+                     mark(of_probe >= b->probe_target));
+        else
+            snprintf(judged, sizeof judged, "%.2f", of_probe);
+        if (b->traffic_target > 0)
+            snprintf(vs_traffic, sizeof vs_traffic, "%.2f >=%.2g %s", speedup / traffic, b->traffic_target,
+                     mark(speedup / traffic >= b->traffic_target));
+        else
+            snprintf(vs_traffic, sizeof vs_traffic, "%.2f", speedup / traffic);
+        if (b->fused_kernels >= 0)
+            snprintf(kernels, sizeof kernels, "%d / %d", b->fused_kernels, b->eager_kernels);
+        else
+            snprintf(kernels, sizeof kernels, "-");
+        printf("%-10s %-9s %9.2f %9.2f %8.1f %8.1f  %-13s %-19s %7.2fx %7.2fx %-18s %s\n", workloads[w].name, b->size,
+               b->fused_ms, b->eager_ms, fused_gbps, eager_gbps, probe, judged, traffic, speedup, vs_traffic,
+               kernels);
+    }
+    printf("(kernels: fused / eager, from burnc's fusion log)\n\n");
+}
+
+static void print_latency(const bench_result *res, const bool *ran)
+{
+    bool any = false;
+    for (int w = 0; w < N_WORKLOADS; w++)
+        any |= ran[w] && res[w].summary[0];
+    if (!any)
+        return;
+    printf("latency:\n");
+    for (int w = 0; w < N_WORKLOADS; w++)
+        if (ran[w] && res[w].summary[0])
+            printf("  %-11s %s\n", workloads[w].name, res[w].summary);
+    printf("\n");
+}
+
+static void print_metrics(const bench_result *res, const bool *ran, bool targets_only)
+{
+    printf("%-11s %-24s %14s %-6s %-10s %s\n", "workload", targets_only ? "target" : "metric", "value", "unit",
+           "target", "status");
     for (int w = 0; w < N_WORKLOADS; w++) {
         if (!ran[w])
             continue;
         for (int i = 0; i < res[w].n; i++) {
             const bench_metric *m = &res[w].m[i];
+            if (targets_only && m->kind == TARGET_NONE)
+                continue;
             char target[32] = "";
             if (m->kind != TARGET_NONE)
                 snprintf(target, sizeof target, "%s %g", m->kind == TARGET_AT_MOST ? "<=" : ">=", m->target);
-            printf("%-10s %-22s %14.1f %-7s %-12s %s\n", workloads[w].name, m->name, m->value, m->unit, target,
-                   m->kind == TARGET_NONE ? "" : metric_met(m) ? "met" : "MISSED");
+            printf("%-11s %-24s %14.3f %-6s %-10s %s\n", workloads[w].name, m->name, m->value, m->unit, target,
+                   m->kind == TARGET_NONE ? "" : mark(metric_met(m)));
         }
-        if (res[w].note[0])
-            printf("%-10s (%s)\n", "", res[w].note);
+        if (!targets_only && res[w].note[0])
+            printf("%-11s (%s)\n", "", res[w].note);
     }
 }
 
-static int write_json(const char *path, burnc_device_t *dev, int reps, const bench_result *res, const bool *ran)
+static void count_targets(const bench_result *res, const bool *ran, int *met, int *all)
+{
+    *met = *all = 0;
+    for (int w = 0; w < N_WORKLOADS; w++)
+        for (int i = 0; ran[w] && i < res[w].n; i++)
+            if (res[w].m[i].kind != TARGET_NONE) {
+                (*all)++;
+                *met += metric_met(&res[w].m[i]);
+            }
+}
+
+static int write_json(const char *path, const bench_ctx *ctx, const bench_result *res, const bool *ran)
 {
     FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "burnc-bench: cannot write %s: %s\n", path, strerror(errno));
-        return 1;
-    }
+    if (!f)
+        return bench_fail("cannot write %s: %s", path, strerror(errno));
     fprintf(f, "{\n  \"burnc_version\": ");
     json_string(f, burnc_version());
     fprintf(f, ",\n  \"device\": {\"spec\": ");
-    json_string(f, burnc_device_spec(dev));
+    json_string(f, burnc_device_spec(ctx->dev));
     fprintf(f, ", \"name\": ");
-    json_string(f, burnc_device_name(dev));
-    fprintf(f, "},\n  \"reps\": %d,\n  \"workloads\": [", reps);
+    json_string(f, burnc_device_name(ctx->dev));
+    fprintf(f, "},\n  \"threads\": %d,\n  \"reps\": %d,\n  \"probes\": [", ctx->threads, ctx->reps);
+    for (int i = 0; i < ctx->n_measured; i++) {
+        const bench_probe_entry *e = &ctx->measured[i];
+        fprintf(f, "%s\n    {\"workload\": ", i ? "," : "");
+        json_string(f, e->workload);
+        fprintf(f, ", \"mix\": ");
+        json_string(f, probe_mix_name(e->mix));
+        fprintf(f, ", \"moves\": ");
+        json_string(f, probe_mix_what(e->mix));
+        fprintf(f, ", \"elements\": %lld, \"gbps\": %.6g}", (long long)e->n, e->gbps);
+    }
+    fprintf(f, "\n  ],\n  \"workloads\": [");
     bool first = true;
     for (int w = 0; w < N_WORKLOADS; w++) {
         if (!ran[w])
@@ -244,6 +359,10 @@ static int write_json(const char *path, burnc_device_t *dev, int reps, const ben
         json_string(f, workloads[w].what);
         fprintf(f, ", \"note\": ");
         json_string(f, res[w].note);
+        if (res[w].bw.valid) {
+            fprintf(f, ", \"probe\": ");
+            json_string(f, probe_mix_name(res[w].bw.probe));
+        }
         fprintf(f, ",\n     \"metrics\": [");
         for (int i = 0; i < res[w].n; i++) {
             const bench_metric *m = &res[w].m[i];
@@ -259,11 +378,22 @@ static int write_json(const char *path, burnc_device_t *dev, int reps, const ben
         fprintf(f, "]}");
     }
     fprintf(f, "\n  ]\n}\n");
-    if (fclose(f) != 0) {
-        fprintf(stderr, "burnc-bench: writing %s failed: %s\n", path, strerror(errno));
-        return 1;
-    }
+    if (fclose(f) != 0)
+        return bench_fail("writing %s failed: %s", path, strerror(errno));
     return 0;
+}
+
+static int plot(const char *path, const bench_ctx *ctx, const bench_result *res, const bool *ran)
+{
+    plot_bar bars[N_WORKLOADS];
+    int n = 0;
+    for (int w = 0; w < N_WORKLOADS; w++)
+        if (ran[w] && res[w].bw.valid)
+            bars[n++] = (plot_bar){.workload = workloads[w].name, .bw = &res[w].bw};
+    char title[256];
+    snprintf(title, sizeof title, "burnc-bench %s on %s (%s, %d threads): effective GB/s", burnc_version(),
+             burnc_device_name(ctx->dev), burnc_device_spec(ctx->dev), ctx->threads);
+    return write_plot(path, title, bars, n);
 }
 
 /* ---- Main -------------------------------------------------------------------------------- */
@@ -271,13 +401,17 @@ static int write_json(const char *path, burnc_device_t *dev, int reps, const ben
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: burnc-bench [--device SPEC] [--reps N] [--json FILE] [--check] [--list] [NAME...]\n"
+            "usage: burnc-bench [--device SPEC] [--reps N] [--json FILE] [--plot FILE.svg] [--check]\n"
+            "                   [--details] [--list] [NAME...]\n"
             "  --device SPEC  device to run on (default: BURNC_DEVICE, else the best available)\n"
-            "  --reps N       timed repetitions per workload (default 11; medians are reported)\n"
+            "  --reps N       timed repetitions per workload and probe (default 11; medians are reported)\n"
             "  --json FILE    also write the results as JSON to FILE\n"
+            "  --plot FILE    also write an SVG of effective bandwidth against the probes\n"
             "  --check        exit with status 3 if a metric misses its target\n"
+            "  --details      print every metric, not only the summary and the targets\n"
             "  --list         list the workloads and exit\n"
-            "  NAME...        run only workloads whose name contains one of these\n");
+            "  NAME...        run only workloads whose name contains one of these\n"
+            "Memory probes use BURNC_NUM_THREADS threads (else all cores), like the cpu device.\n");
 }
 
 static bool selected(const char *name, char **filters, int nfilters)
@@ -290,21 +424,26 @@ static bool selected(const char *name, char **filters, int nfilters)
     return false;
 }
 
-int main(int argc, char **argv)
+typedef struct options {
+    const char *spec, *json, *plot;
+    int reps;
+    bool list, check, details;
+    long long child_n; /* > 0: the hidden child mode of the fresh-process workloads */
+    char **filters;
+    int nfilters;
+} options;
+
+/* 0 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, options *o)
 {
-    const char *spec = NULL, *json = NULL;
-    int reps = 11;
-    bool list = false, check = false;
-    char **filters = calloc((size_t)argc, sizeof *filters);
-    int nfilters = 0;
-    if (!filters)
-        return 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--device") && i + 1 < argc) {
-            spec = argv[++i];
+            o->spec = argv[++i];
         } else if (!strcmp(a, "--json") && i + 1 < argc) {
-            json = argv[++i];
+            o->json = argv[++i];
+        } else if (!strcmp(a, "--plot") && i + 1 < argc) {
+            o->plot = argv[++i];
         } else if (!strcmp(a, "--reps") && i + 1 < argc) {
             char *end;
             long v = strtol(argv[++i], &end, 10);
@@ -312,71 +451,120 @@ int main(int argc, char **argv)
                 fprintf(stderr, "burnc-bench: --reps wants a count from 1 to 100000\n");
                 return 2;
             }
-            reps = (int)v;
+            o->reps = (int)v;
+        } else if (!strcmp(a, "--child-chain") && i + 1 < argc) {
+            char *end;
+            o->child_n = strtoll(argv[++i], &end, 10);
+            if (*end || o->child_n < 1)
+                return 2;
         } else if (!strcmp(a, "--list")) {
-            list = true;
+            o->list = true;
         } else if (!strcmp(a, "--check")) {
-            check = true;
+            o->check = true;
+        } else if (!strcmp(a, "--details")) {
+            o->details = true;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
-            free(filters);
-            return 0;
+            return -1;
         } else if (a[0] == '-') {
             usage(stderr);
-            free(filters);
             return 2;
         } else {
-            filters[nfilters++] = argv[i];
+            o->filters[o->nfilters++] = argv[i];
         }
     }
+    return 0;
+}
 
-    if (list) {
-        for (int w = 0; w < N_WORKLOADS; w++)
-            if (selected(workloads[w].name, filters, nfilters))
-                printf("%-10s %s\n", workloads[w].name, workloads[w].what);
-        free(filters);
-        return 0;
-    }
-    bool ran[N_WORKLOADS] = {0};
-    int nsel = 0;
-    for (int w = 0; w < N_WORKLOADS; w++)
-        nsel += selected(workloads[w].name, filters, nfilters);
-    if (nsel == 0) {
-        fprintf(stderr, "burnc-bench: no workload matches; --list shows them\n");
-        free(filters);
-        return 2;
-    }
-
-    burnc_device_t *dev = burnc_device_open(spec);
-    if (!dev) {
-        free(filters);
-        return bench_error(spec ? spec : "opening the default device");
-    }
-    printf("burnc-bench %s on %s (%s), %d repetitions\n\n", burnc_version(), burnc_device_name(dev),
-           burnc_device_spec(dev), reps);
+static int run_all(const options *o, burnc_device_t *dev, char *self_exe)
+{
+    bench_ctx ctx = {.dev = dev, .reps = o->reps, .threads = device_thread_count(), .self_exe = self_exe};
+    ctx.probes = probe_pool_new(ctx.threads);
+    printf("burnc-bench %s on %s (%s); %d repetitions; probes on %d threads (BURNC_NUM_THREADS, else all cores: "
+           "the cpu device's rule)\n\n",
+           burnc_version(), burnc_device_name(dev), burnc_device_spec(dev), o->reps,
+           ctx.probes ? probe_pool_threads(ctx.probes) : 0);
+    fflush(stdout);
 
     static bench_result res[N_WORKLOADS];
-    bench_ctx ctx = {.dev = dev, .reps = reps};
+    bool ran[N_WORKLOADS] = {0};
     int status = 0;
     for (int w = 0; w < N_WORKLOADS; w++) {
-        if (!selected(workloads[w].name, filters, nfilters))
+        if (!selected(workloads[w].name, o->filters, o->nfilters))
             continue;
+        double t0 = now_ns();
         if (workloads[w].run(&ctx, &res[w]) != 0) {
             fprintf(stderr, "burnc-bench: workload %s failed\n", workloads[w].name);
             status = 1;
-            continue;
+        } else {
+            ran[w] = true;
         }
-        ran[w] = true;
+        burnc_device_memory_cleanup(dev);
+        fprintf(stderr, "burnc-bench: %s done in %.1f s\n", workloads[w].name, (now_ns() - t0) * 1e-9);
     }
-    print_table(res, ran);
-    if (json && write_json(json, dev, reps, res, ran) != 0)
+    print_probes(&ctx);
+    print_bandwidth(res, ran);
+    print_latency(res, ran);
+    if (o->details) {
+        print_metrics(res, ran, false);
+        printf("\n");
+    }
+    int met, all;
+    count_targets(res, ran, &met, &all);
+    if (all) {
+        print_metrics(res, ran, true);
+        printf("\n%d of %d targets met\n", met, all);
+    }
+    if (o->json && write_json(o->json, &ctx, res, ran) != 0)
         status = 1;
-    if (status == 0 && check)
+    if (o->plot && plot(o->plot, &ctx, res, ran) != 0)
+        status = 1;
+    if (status == 0 && o->check && met < all)
+        status = 3;
+    probe_pool_free(ctx.probes);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    options o = {.reps = 11, .filters = calloc((size_t)argc, sizeof(char *))};
+    if (!o.filters)
+        return 1;
+    int status = parse_args(argc, argv, &o);
+    if (status != 0) {
+        free(o.filters);
+        return status < 0 ? 0 : status;
+    }
+    if (o.child_n > 0) {
+        free(o.filters);
+        return child_chain_main(o.spec, o.child_n);
+    }
+    if (o.list) {
         for (int w = 0; w < N_WORKLOADS; w++)
-            for (int i = 0; ran[w] && i < res[w].n; i++)
-                if (!metric_met(&res[w].m[i]))
-                    status = 3;
+            if (selected(workloads[w].name, o.filters, o.nfilters))
+                printf("%-11s %s\n", workloads[w].name, workloads[w].what);
+        free(o.filters);
+        return 0;
+    }
+    int nsel = 0;
+    for (int w = 0; w < N_WORKLOADS; w++)
+        nsel += selected(workloads[w].name, o.filters, o.nfilters);
+    if (nsel == 0) {
+        fprintf(stderr, "burnc-bench: no workload matches; --list shows them\n");
+        free(o.filters);
+        return 2;
+    }
+    char self_exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
+    self_exe[len > 0 ? len : 0] = '\0';
+
+    burnc_device_t *dev = burnc_device_open(o.spec);
+    if (!dev) {
+        free(o.filters);
+        return bench_error(o.spec ? o.spec : "opening the default device");
+    }
+    status = run_all(&o, dev, self_exe);
     burnc_device_release(dev);
-    free(filters);
+    free(o.filters);
     return status;
 }
