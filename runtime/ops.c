@@ -6,12 +6,19 @@
 #include "rt.h"
 
 /* ---- Checks ---- */
-/* The public name of an op, for messages only (formatted when an error is reported, never on
- * the recording path). */
+/* The public name of an op, for messages: a constant for the plain form (free on the recording
+ * path), formatted only for the _scalar forms, whose names are needed on error paths alone. */
 static const char *pname(ir_op op, bool scalar)
 {
+    static const char *const names[IR_OP_COUNT] = {
+#define X(e, nm, ar, c) [IR_OP_##e] = "burnc_" nm,
+#include "ops.def"
+#undef X
+    };
+    if (!scalar)
+        return names[op];
     static _Thread_local char buf[64];
-    snprintf(buf, sizeof buf, "burnc_%s%s", ir_op_name(op), scalar ? "_scalar" : "");
+    snprintf(buf, sizeof buf, "%s_scalar", names[op]);
     return buf;
 }
 static char *shape_of(char *buf, size_t cap, const burnc_tensor_t *t)
