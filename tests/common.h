@@ -134,6 +134,20 @@ static inline void bt_expect_usable(burnc_device_t *dev)
     burnc_tensor_release(ta);
 }
 
+/* Element i of host data of dtype dt, as a double. */
+static inline double bt_load(const void *base, burnc_dtype_t dt, int64_t i)
+{
+    switch (dt) {
+    case BURNC_DTYPE_F32: return ((const float *)base)[i];
+    case BURNC_DTYPE_F64: return ((const double *)base)[i];
+    case BURNC_DTYPE_F16: return burnc_f16_to_f32(((const uint16_t *)base)[i]);
+    case BURNC_DTYPE_BF16: return burnc_bf16_to_f32(((const uint16_t *)base)[i]);
+    case BURNC_DTYPE_I32: return ((const int32_t *)base)[i];
+    case BURNC_DTYPE_I64: return (double)((const int64_t *)base)[i];
+    default: return ((const uint8_t *)base)[i];
+    }
+}
+
 static inline burnc_memory_report_t bt_memory(burnc_device_t *dev)
 {
     burnc_memory_report_t r;

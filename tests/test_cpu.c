@@ -60,19 +60,6 @@ static void store(void *base, burnc_dtype_t dt, int64_t i, double v)
     }
 }
 
-static double load(const void *base, burnc_dtype_t dt, int64_t i)
-{
-    switch (dt) {
-    case BURNC_DTYPE_F32: return ((const float *)base)[i];
-    case BURNC_DTYPE_F64: return ((const double *)base)[i];
-    case BURNC_DTYPE_F16: return burnc_f16_to_f32(((const uint16_t *)base)[i]);
-    case BURNC_DTYPE_BF16: return burnc_bf16_to_f32(((const uint16_t *)base)[i]);
-    case BURNC_DTYPE_I32: return ((const int32_t *)base)[i];
-    case BURNC_DTYPE_I64: return (double)((const int64_t *)base)[i];
-    default: return ((const uint8_t *)base)[i];
-    }
-}
-
 static bool is_float(burnc_dtype_t dt)
 {
     return dt == BURNC_DTYPE_F32 || dt == BURNC_DTYPE_F64 || dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16;
@@ -160,7 +147,7 @@ static int64_t ordered(const void *base, burnc_dtype_t dt, int64_t i)
 
 static bool float_close(const void *got, const void *want, burnc_dtype_t dt, int64_t i, tol t)
 {
-    double g = load(got, dt, i), w = load(want, dt, i);
+    double g = bt_load(got, dt, i), w = bt_load(want, dt, i);
     if (isnan(g) || isnan(w))
         return isnan(g) && isnan(w);
     if (isinf(g) || isinf(w))
@@ -178,7 +165,7 @@ static void expect_close(const char *what, burnc_dtype_t dt, const void *got, co
         bool ok = is_float(dt) ? float_close(got, want, dt, i, t)
                                : memcmp((const char *)got + i * es, (const char *)want + i * es, es) == 0;
         cr_assert(ok, "%s (%s): element %lld: cpu %.17g, ref %.17g", what, burnc_dtype_name(dt), (long long)i,
-                  load(got, dt, i), load(want, dt, i));
+                  bt_load(got, dt, i), bt_load(want, dt, i));
     }
 }
 
@@ -324,7 +311,7 @@ static host within_trig_range(const host *x)
     memcpy(y.data, x->data, bytes);
     double limit = x->dt == BURNC_DTYPE_F64 ? 0x1p36 : 0x1p17;
     for (int64_t i = 0; is_float(x->dt) && i < x->n; i++) {
-        double v = load(y.data, y.dt, i);
+        double v = bt_load(y.data, y.dt, i);
         if (isfinite(v) && fabs(v) >= limit)
             store(y.data, y.dt, i, copysign(100000.5, v));
     }
@@ -371,9 +358,9 @@ Test(cpu, trig_beyond_the_accurate_range)
             double v[6];
             BT_ASSERT_OK(burnc_tensor_read(y, v, 6 * burnc_dtype_size(x.dt)));
             for (int i = 0; i < 6; i++) {
-                double r = load(v, x.dt, i);
+                double r = bt_load(v, x.dt, i);
                 cr_assert(!isnan(r) && (f == 2 || fabs(r) <= 1.0), "%s(%g) = %g", f == 0 ? "sin" : f == 1 ? "cos" : "tan",
-                          load(x.data, x.dt, i), r);
+                          bt_load(x.data, x.dt, i), r);
             }
             burnc_tensor_release(y);
         }
@@ -984,9 +971,9 @@ Test(cpu, fused_equals_eager_bitwise)
         size_t es = burnc_dtype_size(FLOATS[d]);
         for (size_t i = 0; i < nf / es; i++)
             cr_assert(memcmp((char *)fused + i * es, (char *)eager + i * es, es) == 0 ||
-                          (isnan(load(fused, FLOATS[d], (int64_t)i)) && isnan(load(eager, FLOATS[d], (int64_t)i))),
+                          (isnan(bt_load(fused, FLOATS[d], (int64_t)i)) && isnan(bt_load(eager, FLOATS[d], (int64_t)i))),
                       "%s element %zu: fused %.17g, eager %.17g", burnc_dtype_name(FLOATS[d]), i,
-                      load(fused, FLOATS[d], (int64_t)i), load(eager, FLOATS[d], (int64_t)i));
+                      bt_load(fused, FLOATS[d], (int64_t)i), bt_load(eager, FLOATS[d], (int64_t)i));
         free(fused);
         free(eager);
         host_free(&x);
@@ -1112,9 +1099,9 @@ Test(cpu, leaf_split_equals_row_split)
         burnc_scope_end();
         for (int r = 0; r < 16; r++)
             cr_assert(memcmp(a + r * es, f + r * es, es) == 0, "op %d row %d: %s split %.9g, row split %.9g", op, r,
-                      "leaf", load(f, burnc_tensor_dtype(x) == BURNC_DTYPE_F32 && es == 4 ? BURNC_DTYPE_F32
+                      "leaf", bt_load(f, burnc_tensor_dtype(x) == BURNC_DTYPE_F32 && es == 4 ? BURNC_DTYPE_F32
                                                                                            : BURNC_DTYPE_I64, r),
-                      load(a, es == 4 ? BURNC_DTYPE_F32 : BURNC_DTYPE_I64, r));
+                      bt_load(a, es == 4 ? BURNC_DTYPE_F32 : BURNC_DTYPE_I64, r));
         if (op == 2) {
             int64_t *pos = (int64_t *)(void *)f;
             cr_assert_eq(pos[5], 9000, "argmax keeps the first extreme: %lld", (long long)pos[5]);

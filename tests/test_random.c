@@ -195,19 +195,6 @@ static void store(void *base, burnc_dtype_t dt, int64_t i, double v)
     }
 }
 
-static double load(const void *base, burnc_dtype_t dt, int64_t i)
-{
-    switch (dt) {
-    case BURNC_DTYPE_F32: return ((const float *)base)[i];
-    case BURNC_DTYPE_F64: return ((const double *)base)[i];
-    case BURNC_DTYPE_F16: return burnc_f16_to_f32(((const uint16_t *)base)[i]);
-    case BURNC_DTYPE_BF16: return burnc_bf16_to_f32(((const uint16_t *)base)[i]);
-    case BURNC_DTYPE_I32: return ((const int32_t *)base)[i];
-    case BURNC_DTYPE_I64: return (double)((const int64_t *)base)[i];
-    default: return ((const uint8_t *)base)[i];
-    }
-}
-
 /* The same value bit for bit (every dtype here converts to double exactly), NaN equal to NaN. */
 static bool same_bits(double a, double b)
 {
@@ -1496,7 +1483,7 @@ static bool build_ref(chain *c, burnc_device_t *dev, run *r)
             ok = false;
         }
         for (int64_t e = 0; ok && e < x->n; e++)
-            x->val[e] = load(buf, x->dt, e);
+            x->val[e] = bt_load(buf, x->dt, e);
         free(buf);
     }
     for (int i = 0; i < c->n; i++)
@@ -1751,7 +1738,7 @@ static bool check_node(const chain *c, int i, const void *fused, const void *eag
 {
     const node *x = &c->nd[i];
     for (int64_t e = 0; e < x->n; e++) {
-        double f = load(fused, x->dt, e), g = load(eager, x->dt, e), r = x->val[e];
+        double f = bt_load(fused, x->dt, e), g = bt_load(eager, x->dt, e), r = x->val[e];
         if (!same_bits(f, g)) {
             snprintf(why, len, "#%d element %lld: fused %.17g (%a) but eager %.17g (%a); ref %.17g", i, (long long)e,
                      f, f, g, g, r);
