@@ -31,6 +31,7 @@
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
 #include <llvm/Config/llvm-config.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -523,6 +524,28 @@ static LLVMValueRef from_mem(gen *g, LLVMValueRef raw, burnc_dtype_t dt, int w)
 
 /* ---- Operations -------------------------------------------------------------------------- */
 
+/* Float -> integer with kernel.h's saturation, branch-free so that it stays vectorized
+ * (llvm.fptosi.sat is scalarized on x86): the value is clamped into [lo, hi], the range of
+ * floats whose truncation fits, truncated, and then values above hi give the type's maximum
+ * (hi is below it when the maximum is not a float) and NaN gives 0. */
+static LLVMValueRef float_to_int(gen *g, LLVMValueRef a, int from, int to, LLVMTypeRef rt, int w)
+{
+    LLVMBuilderRef b = g->b;
+    int bits = t_bits(to);
+    bool s = t_sint(to);
+    double lo = s ? -ldexp(1.0, bits - 1) : 0.0, top = ldexp(1.0, s ? bits - 1 : bits); /* max + 1 */
+    double hi = from == KIR_F32 ? (double)nextafterf((float)top, 0.0f) : nextafter(top, 0.0);
+    if (top - 1 < hi) /* max + 1 - 1 rounds only when the maximum is no float of this width */
+        hi = top - 1;
+    LLVMValueRef vlo = kfp(g, from, lo, w), vhi = kfp(g, from, hi, w);
+    LLVMValueRef c = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, a, vlo, ""), vlo, a, "");
+    c = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, c, vhi, ""), vhi, c, "");
+    c = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNO, a, a, ""), kfp(g, from, 0.0, w), c, "");
+    LLVMValueRef r = s ? LLVMBuildFPToSI(b, c, rt, "") : LLVMBuildFPToUI(b, c, rt, "");
+    uint64_t max = s ? (UINT64_C(1) << (bits - 1)) - 1 : bits == 64 ? UINT64_MAX : (UINT64_C(1) << bits) - 1;
+    return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, a, vhi, ""), kint(ty_of(g, to), max, w), r, "");
+}
+
 static LLVMValueRef convert(gen *g, LLVMValueRef a, int from, int to, int w)
 {
     LLVMBuilderRef b = g->b;
@@ -536,8 +559,7 @@ static LLVMValueRef convert(gen *g, LLVMValueRef a, int from, int to, int w)
             return LLVMBuildFPTrunc(b, a, rt, "");
         if (to == KIR_BOOL)
             return LLVMBuildFCmp(b, LLVMRealUNE, a, kfp(g, from, 0.0, w), ""); /* NaN is true */
-        LLVMTypeRef tys[2] = {rt, LLVMTypeOf(a)};
-        return call_intrinsic(g, t_sint(to) ? "llvm.fptosi.sat" : "llvm.fptoui.sat", tys, 2, &a, 1);
+        return float_to_int(g, a, from, to, rt, w);
     }
     if (t_fp(to))
         return t_sint(from) ? LLVMBuildSIToFP(b, a, rt, "") : LLVMBuildUIToFP(b, a, rt, "");
