@@ -76,6 +76,12 @@ static const double ERF_F64[] = {0x1.06eba8214db69p-3, -0x1.812746b0379e7p-2, 0x
                                  -0x1.5f6d6b5258efcp-23, 0x1.fc4117210e3b8p-27, -0x1.4e55ccc576354p-30,
                                  0x1.7ecbf8120022ep-34, -0x1.2928f3c0aef73p-38};
 
+/* f32 erf for 1 <= x <= 4: erf = 1 - e^(-x^2 + M(t)), M = log erfc x + x^2 in t = x - 5/2,
+ * weighted by erfc x: its error in units of erf's ulp (2^-24) is 0.005. */
+static const double ERFL_F32[] = {-0x1.8e8b720000000p+0, -0x1.6925000000000p-2, 0x1.cb97be0000000p-5,
+                                  -0x1.64b20c0000000p-7, 0x1.13ab380000000p-9, -0x1.0120ae0000000p-11,
+                                  0x1.236e080000000p-15, -0x1.bc86b40000000p-16};
+
 /* erfc x for x >= 1/2 (erf for |x| >= 1 is 1 - erfc): on the near pieces erfc = e^(-x^2 + M)
  * with M = log erfc + x^2 a polynomial in t = x - mid; on the far piece, which ends where erfc
  * rounds to 0, erfc = e^(-x^2 + N) / x with N = log(x erfc) + x^2 a polynomial in w = 1/x^2 (M
@@ -201,6 +207,14 @@ static int32_t sel(mb *b, int32_t p, int32_t x, int32_t y)
 static int32_t bits(mb *b, int32_t a) { return kir_emit(b->k, KIR_BITCAST, b->it, a, -1, -1); }
 static int32_t flt(mb *b, int32_t a) { return kir_emit(b->k, KIR_BITCAST, b->t, a, -1, -1); }
 static int32_t to_int(mb *b, int32_t a) { return kir_emit(b->k, KIR_CONVERT, b->it, a, -1, -1); }
+/* An integer-valued float with |a| < 2^(prec - 2) as an integer: a + 1.5 2^(prec-1) is exact
+ * and holds a in its low significand bits (two operations, where a saturating conversion
+ * takes several). */
+static int32_t small_int(mb *b, int32_t a)
+{
+    double magic = 1.5 * (b->f64 ? 0x1p52 : 0x1p23);
+    return iop2(b, KIR_SUB, bits(b, add(b, a, c(b, magic))), bits(b, c(b, magic)));
+}
 static int32_t to_flt(mb *b, int32_t a) { return kir_emit(b->k, KIR_CONVERT, b->t, a, -1, -1); }
 
 /* The sign bit of the type's pattern. */
@@ -326,7 +340,7 @@ static dw exp_pair(mb *b, int32_t xh, int32_t xl)
     int32_t tail = exp_tail(b, e);
     dw s = fast_two_sum(b, c(b, 1), e.r);
     dw h = fast_two_sum(b, s.hi, add(b, s.lo, tail));
-    int32_t n = to_int(b, e.k);
+    int32_t n = small_int(b, e.k);
     return (dw){scale2(b, h.hi, n), scale2(b, h.lo, n)};
 }
 
@@ -335,7 +349,7 @@ static dw exp_pair(mb *b, int32_t xh, int32_t xl)
 static int32_t exp_dw(mb *b, int32_t xh, int32_t xl)
 {
     exp_red e = exp_reduce(b, xh, xl);
-    return scale2(b, exp_poly(b, e), to_int(b, e.k));
+    return scale2(b, exp_poly(b, e), small_int(b, e.k));
 }
 
 /* Beyond these e^x is inf or rounds to 0 (and 2^(k/2) stays normal). */
@@ -364,7 +378,7 @@ int32_t kir_exp2(kir_kernel *k, int32_t x)
     int32_t rl = fma_(&b, t, LN2H(&b), neg(&b, rh));
     rl = fma_(&b, t, LN2L(&b), rl);
     exp_red e = {kk, rh, rl};
-    return scale2(&b, exp_poly(&b, e), to_int(&b, kk));
+    return scale2(&b, exp_poly(&b, e), small_int(&b, kk));
 }
 
 int32_t kir_expm1(kir_kernel *k, int32_t x)
@@ -380,7 +394,7 @@ int32_t kir_expm1(kir_kernel *k, int32_t x)
     int32_t near0 = add(&b, e.r, tail);
     /* Otherwise 2^k (1 + r + tail) - 1 = 2 (h + h r + h tail - 1/2) with h = 2^(k-1) (normal
      * for every clamped k): two exact two-sums, then one rounding of the sum. */
-    int32_t h = pow2i(&b, iop2(&b, KIR_SUB, to_int(&b, e.k), ci(&b, 1)));
+    int32_t h = pow2i(&b, iop2(&b, KIR_SUB, small_int(&b, e.k), ci(&b, 1)));
     dw s1 = two_sum(&b, h, c(&b, -0.5));
     dw s2 = two_sum(&b, s1.hi, mul(&b, h, e.r));
     int32_t lo = add(&b, add(&b, s1.lo, s2.lo), mul(&b, h, tail));
@@ -743,7 +757,27 @@ static erfc_val erfc_tail(mb *b, int32_t a)
     int32_t q = dvd(b, y.hi, d);
     int32_t rem = fma_(b, neg(b, q), d, y.hi); /* exact */
     q = add(b, q, dvd(b, add(b, rem, yl), d));
-    return (erfc_val){q, to_int(b, e.k)};
+    return (erfc_val){q, small_int(b, e.k)};
+}
+
+/* f32 erf a for 1 <= a <= 4 (beyond, erf rounds to 1). erfc a <= 0.16 is subtracted from 1,
+ * so its relative error counts at most 0.16 2^-21 ulps of the result: a single-word exp
+ * suffices. -a^2 is carried exactly into the exp argument (its rounding would cost 0.3 ulp
+ * at a = 1); the argument's low part enters e^r to first order. Error terms in ulps of the
+ * result at a = 1: M 0.1, the reduction 0.04, e^r's polynomial and rounding 0.15, the final
+ * rounding 0.5. */
+static int32_t erf_big_f32(mb *b, int32_t a)
+{
+    int32_t aa = mul(b, a, a);
+    int32_t aal = fma_(b, a, a, neg(b, aa));
+    int32_t m = horner(b, sub(b, a, c(b, 2.5)), ERFL_F32, (int)(sizeof ERFL_F32 / sizeof(double)));
+    dw u = fast_two_sum(b, neg(b, aa), m); /* |a^2| >= |M| */
+    int32_t k = op1(b, KIR_RINT, mul(b, u.hi, LOG2E(b)));
+    int32_t r = fma_(b, neg(b, k), LN2H(b), u.hi); /* exact */
+    r = fma_(b, neg(b, k), LN2L(b), r);
+    int32_t em1 = fma_(b, mul(b, r, r), horner(b, r, EXP_F32, (int)(sizeof EXP_F32 / sizeof(double))), r);
+    int32_t q = add(b, c(b, 1), add(b, em1, sub(b, u.lo, aal)));
+    return sub(b, c(b, 1), mul(b, q, pow2i(b, small_int(b, k))));
 }
 
 int32_t kir_erf(kir_kernel *k, int32_t x)
@@ -755,8 +789,14 @@ int32_t kir_erf(kir_kernel *k, int32_t x)
     int32_t small = fma_(&b, x, horner(&b, z, TBL(&b, ERF), TBL_N(&b, ERF)), x);
     /* |x| >= 1: 1 - erfc|x|; erfc's end is far beyond where this rounds to 1 */
     int32_t ax = fabs_(&b, x);
-    erfc_val e = erfc_tail(&b, clamp(&b, ax, 1.0, erfc_end(&b)));
-    int32_t big = copysign_(&b, sub(&b, c(&b, 1), scale2(&b, e.q, e.n)), x);
+    int32_t big;
+    if (b.f64) {
+        erfc_val e = erfc_tail(&b, clamp(&b, ax, 1.0, erfc_end(&b)));
+        big = sub(&b, c(&b, 1), scale2(&b, e.q, e.n));
+    } else {
+        big = erf_big_f32(&b, clamp(&b, ax, 1.0, 4.0));
+    }
+    big = copysign_(&b, big, x);
     int32_t r = sel(&b, cmp(&b, KIR_LT, ax, c(&b, 1)), small, big);
     return sel(&b, is_nan(&b, x), x, r);
 }

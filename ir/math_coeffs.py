@@ -177,6 +177,15 @@ def erfc_far(w):  # N(w) = log(x erfc(x)) + x^2, w = 1/x^2 (erfc = e^(-x^2 + N) 
     return (x * erfcx_dec(x)).ln()
 
 
+def g_erfl(t):  # f32 erf for x = t + 5/2 in [1, 4]: erf = 1 - e^(-x^2 + M(t)), M = log erfc(x) + x^2
+    return erfc_near(t + D("2.5"))
+
+
+def w_erfl(t):  # an error d in M is an error d erfc(x) of erf, in units of ulp(erf) = 2^-24
+    x = t + D("2.5")
+    return erfcx_dec(x) * (-x * x).exp() * 2 ** 24
+
+
 def w_one(x):
     return D(1)
 
@@ -292,6 +301,7 @@ FITS = {
     "atan_f64": (g_atan, w_atan, 0, D("0.19140625"), 11, "f64"),
     "erf_f32": (g_erf, w_erf, 0, D(1), 6, "f32"),
     "erf_f64": (g_erf, w_erf, 0, D(1), 13, "f64"),
+    "erfl_f32": (g_erfl, w_erfl, D("-1.5"), D("1.5"), 10, "f32"),
 }
 
 
