@@ -44,7 +44,7 @@
 
 #define CG_EXPORT __attribute__((visibility("default")))
 
-enum { W = KIR_LANES, LEAF_SHIFT = 12, STACK_DEPTH = 64 };
+enum { W = KIR_LANES, LEAF_SHIFT = 12, STACK_DEPTH = 64, STASH_MAX = 16384, STASH_VALUES = 2 };
 _Static_assert(KIR_LEAF == 1 << LEAF_SHIFT, "leaf size is a power of two");
 
 /* ---- Type facts (kernel.h; libburnc's helpers are not visible from here) ----------------- */
@@ -246,8 +246,10 @@ typedef struct gen {
     LLVMValueRef load_scope, load_noalias;
     LLVMValueRef store_scope[KIR_MAX_OUTPUTS], store_noalias[KIR_MAX_OUTPUTS];
     bool has_elem, has_row;
-    LLVMTypeRef leaf_ty, elem_ty;
+    LLVMTypeRef leaf_ty, elem_ty, finish_ty;
     LLVMValueRef leaf_fn[KIR_MAX_STAGES], elem_fn, finish_fn;
+    int n_stash;                 /* values the last stage keeps for the element stores */
+    int32_t stash[STASH_VALUES]; /* their instructions */
 } gen;
 
 static LLVMTypeRef vty(LLVMTypeRef e, int w) { return w > 1 ? LLVMVectorType(e, (unsigned)w) : e; }
@@ -792,6 +794,10 @@ struct fnc {
     LLVMValueRef *sv, *vv, *spl; /* scalar values; vector values and splats in the vector body */
     int stage;
     LLVMValueRef acc, accp;
+    LLVMValueRef stash; /* the row's stash (may be null at run time), or NULL: none */
+    LLVMValueRef jbase; /* row position = jbase + k in the element-store loops */
+    const uint8_t *cut; /* instructions read from the stash instead of computed, or NULL */
+    bool prefetch;      /* the leaf steps prefetch the next row's inputs */
 };
 
 static LLVMBasicBlockRef block(fnc *c, const char *name)
@@ -925,20 +931,26 @@ static int slot_level(const fnc *c, const kir_slot *s)
     return l;
 }
 
-/* Marks what `roots` need and computes each needed instruction's level. */
-static void analyze(fnc *c, const int32_t *roots, int n_roots)
+/* Marks in `need` what `roots` need, not looking past the instructions in `cut` (may be NULL). */
+static void mark_needed(const kir_kernel *k, const int32_t *roots, int n_roots, const uint8_t *cut, uint8_t *need)
 {
-    const kir_kernel *k = c->g->k;
     for (int r = 0; r < n_roots; r++)
-        c->need[roots[r]] = 1;
+        need[roots[r]] = 1;
     for (int i = k->n_insts - 1; i >= 0; i--) {
-        if (!c->need[i])
+        if (!need[i] || (cut && cut[i]))
             continue;
         const kir_inst *in = &k->insts[i];
         const int32_t ops[3] = {in->a, in->b, in->c};
         for (int j = 0; j < n_operands(in->op); j++)
-            c->need[ops[j]] = 1;
+            need[ops[j]] = 1;
     }
+}
+
+/* Marks what `roots` need and computes each needed instruction's level. */
+static void analyze(fnc *c, const int32_t *roots, int n_roots)
+{
+    const kir_kernel *k = c->g->k;
+    mark_needed(k, roots, n_roots, NULL, c->need);
     for (int i = 0; i < k->n_insts; i++) {
         const kir_inst *in = &k->insts[i];
         int l = 0;
@@ -1051,11 +1063,68 @@ static void scalar_out(gen *g, LLVMValueRef v, int t, LLVMValueRef p)
     LLVMBuildStore(g->b, v, p);
 }
 
+/* ---- The stash ----------------------------------------------------------------------------
+ * A row kernel whose last stage and element stores share costly per-position work (softmax:
+ * e^(x - max) is summed, then divided by the sum) computes it once: the last stage's leaves
+ * write the shared values that the element stores use directly to a per-row buffer on the
+ * stack, and the element stores read them back. The same instructions give the same bits at
+ * any width, so results do not change. The rows function passes the buffer only for rows of
+ * at most STASH_MAX positions; without it both functions compute everything. */
+
+/* The address of stashed value v at row position j. */
+static LLVMValueRef stash_at(fnc *c, int v, LLVMValueRef j)
+{
+    gen *g = c->g;
+    LLVMValueRef vbase = LLVMConstInt(g->t_i64, (unsigned long long)v * STASH_MAX, 0);
+    LLVMValueRef base = LLVMBuildGEP2(g->b, g->t_i64, c->stash, &vbase, 1, "");
+    return LLVMBuildGEP2(g->b, ty_of(g, g->k->insts[g->stash[v]].type), base, &j, 1, "");
+}
+
+static int stash_index(const gen *g, int i)
+{
+    for (int v = 0; v < g->n_stash; v++)
+        if (g->stash[v] == i)
+            return v;
+    return -1;
+}
+
+/* Instruction i read back at position jbase + kin, w lanes. */
+static LLVMValueRef stash_load(fnc *c, int i, int w)
+{
+    gen *g = c->g;
+    LLVMTypeRef et = ty_of(g, g->k->insts[i].type);
+    LLVMValueRef j = LLVMBuildAdd(g->b, c->jbase, c->kin, "");
+    LLVMValueRef v = LLVMBuildLoad2(g->b, vty(et, w), stash_at(c, stash_index(g, i), j), "");
+    LLVMSetAlignment(v, (unsigned)LLVMABISizeOfType(LLVMGetModuleDataLayout(g->mod), et));
+    return v;
+}
+
+/* The stashed values of the current step (w lanes from row position j), when the row has a
+ * stash. */
+static void stash_stores(fnc *c, LLVMValueRef j, int w)
+{
+    gen *g = c->g;
+    if (!c->stash)
+        return;
+    LLVMBasicBlockRef yes = block(c, "stash"), no = block(c, "stashed");
+    LLVMBuildCondBr(g->b, LLVMBuildIsNotNull(g->b, c->stash, ""), yes, no);
+    LLVMPositionBuilderAtEnd(g->b, yes);
+    for (int v = 0; v < g->n_stash; v++) {
+        LLVMTypeRef et = ty_of(g, g->k->insts[g->stash[v]].type);
+        LLVMValueRef st = LLVMBuildStore(g->b, operand(c, g->stash[v], w), stash_at(c, v, j));
+        LLVMSetAlignment(st, (unsigned)LLVMABISizeOfType(LLVMGetModuleDataLayout(g->mod), et));
+    }
+    LLVMBuildBr(g->b, no);
+    LLVMPositionBuilderAtEnd(g->b, no);
+}
+
 static LLVMValueRef emit_inst(fnc *c, int i, int w)
 {
     gen *g = c->g;
     const kir_inst *in = &g->k->insts[i];
     int t = in->type;
+    if (c->cut && c->cut[i])
+        return stash_load(c, i, w);
     switch (in->op) {
     case KIR_LOAD: return emit_load(c, in->a, c->level[i], w);
     case KIR_CONST:
@@ -1243,9 +1312,9 @@ static LLVMValueRef store_loop(fnc *c, LLVMValueRef from, LLVMValueRef to, int w
  * positions, then one position at a time. */
 static void body_stores(fnc *c, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef p0)
 {
-    (void)p0;
     gen *g = c->g;
     LLVMBuilderRef b = g->b;
+    c->jbase = LLVMBuildSub(b, p0, k0, "");
     int w = g->elem_width;
     if (c->inner < 0 || w <= 1) {
         store_loop(c, k0, k1, 1);
@@ -1269,6 +1338,36 @@ static void body_stores(fnc *c, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef p
     store_loop(c, kt, k1, 1);
     LLVMBuildBr(b, done);
     LLVMPositionBuilderAtEnd(b, done);
+}
+
+/* Prefetches into L2 the inputs of the positions of this step (kin, W lanes) in the next row
+ * (the next index of the last outer axis): a stage that computes on a row already in cache
+ * overlaps its work with the next row's memory traffic. Prefetches never fault, so the
+ * address past the last row is harmless. */
+static void prefetch_next_row(fnc *c)
+{
+    gen *g = c->g;
+    const kir_kernel *k = g->k;
+    LLVMTypeRef pty = g->t_ptr;
+    for (int s = 0; s < k->n_inputs; s++) {
+        LLVMValueRef next = c->in_stride[s][k->n_outer - 1];
+        if (k->inputs[s].stride[c->inner] != KIR_STRIDE_UNIT || !next)
+            continue;
+        bool used = false;
+        for (int i = 0; i < k->n_insts && !used; i++)
+            used = c->need[i] && k->insts[i].op == KIR_LOAD && k->insts[i].a == s && c->level[i] == 2;
+        if (!used)
+            continue;
+        LLVMTypeRef mt = mem_ty(g, k->inputs[s].dtype);
+        int per_line = 64 / (int)mem_align(k->inputs[s].dtype);
+        for (int e = 0; e < W; e += per_line) {
+            LLVMValueRef off = LLVMBuildAdd(g->b, LLVMBuildAdd(g->b, c->in_off[1][s], c->kin, ""), next, "");
+            off = LLVMBuildAdd(g->b, off, LLVMConstInt(g->t_i64, (unsigned long long)e, 0), "");
+            LLVMValueRef args[4] = {LLVMBuildGEP2(g->b, mt, c->in_base[s], &off, 1, ""), LLVMConstInt(g->t_i32, 0, 0),
+                                    LLVMConstInt(g->t_i32, 2, 0), LLVMConstInt(g->t_i32, 1, 0)};
+            call_intrinsic(g, "llvm.prefetch", &pty, 1, args, 4);
+        }
+    }
 }
 
 /* One step of a leaf: 32 positions at once when they start lane 0 and lie in this run, else
@@ -1301,7 +1400,10 @@ static void body_leaf(fnc *c, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef p0)
 
     LLVMPositionBuilderAtEnd(b, vec);
     c->kin = kk;
+    if (c->prefetch)
+        prefetch_next_row(c);
     emit_level(c, 2, W);
+    stash_stores(c, pos, W);
     LLVMValueRef v = operand(c, st->value, W), vpos = NULL;
     if (arg)
         vpos = LLVMBuildAdd(b, splat(g, pos, W), iota(g, W), "");
@@ -1316,6 +1418,7 @@ static void body_leaf(fnc *c, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef p0)
     LLVMPositionBuilderAtEnd(b, sca);
     c->kin = kk;
     emit_level(c, 2, 1);
+    stash_stores(c, pos, 1);
     LLVMValueRef x = c->sv[st->value];
     LLVMValueRef l32 = LLVMBuildTrunc(b, lane, g->t_i32, "");
     LLVMValueRef av = LLVMBuildLoad2(b, vt, c->acc, "");
@@ -1373,8 +1476,11 @@ static void build_leaf_fn(gen *g, int s)
     if (!fn_ok(&c))
         goto done;
     c.stage = s;
+    if (s == k->n_stages - 1 && g->n_stash)
+        c.stash = LLVMGetParam(c.fn, 6);
+    c.prefetch = s > 0 && s == k->n_stages - 1 && k->n_outer > 0;
     row_axis_levels(&c);
-    analyze(&c, &k->stages[s].value, 1);
+    analyze(&c, &k->stages[s].value, 1); /* the stashed values are among what it needs */
     LLVMValueRef args = LLVMGetParam(c.fn, 0), row = LLVMGetParam(c.fn, 1), leaf = LLVMGetParam(c.fn, 2);
     row_entry(&c, args, row, LLVMGetParam(c.fn, 3), s);
 
@@ -1410,21 +1516,47 @@ static int collect_stores(const kir_kernel *k, bool row, bool any, int32_t *root
     return n;
 }
 
-/* elem(args, row, reduced): the element stores of a row, over its reduced positions. */
+/* elem(args, row, reduced, stash): the element stores of a row, over its reduced positions;
+ * with a stash, one walk that reads the stashed values and one that computes them. */
 static void build_elem_fn(gen *g)
 {
     const kir_kernel *k = g->k;
     fnc c;
+    uint8_t *cut = NULL;
     g->elem_fn = fn_begin(g, &c, "burnc_elem", g->elem_ty, true);
     if (!fn_ok(&c))
         goto done;
     row_axis_levels(&c);
     int32_t roots[KIR_MAX_OUTPUTS];
-    analyze(&c, roots, collect_stores(k, false, false, roots));
+    int n_roots = collect_stores(k, false, false, roots);
+    analyze(&c, roots, n_roots);
     row_entry(&c, LLVMGetParam(c.fn, 0), LLVMGetParam(c.fn, 1), LLVMGetParam(c.fn, 2), k->n_stages);
-    run_loop(&c, k->n_outer, LLVMConstInt(g->t_i64, 0, 0), c.row_len, body_stores);
+    LLVMValueRef zero = LLVMConstInt(g->t_i64, 0, 0);
+    if (g->n_stash && (cut = calloc((size_t)k->n_insts, 1))) {
+        LLVMValueRef stash = LLVMGetParam(c.fn, 3);
+        LLVMBasicBlockRef with = block(&c, "with_stash"), without = block(&c, "without_stash");
+        LLVMBuildCondBr(g->b, LLVMBuildIsNotNull(g->b, stash, ""), with, without);
+        LLVMPositionBuilderAtEnd(g->b, with);
+        uint8_t *plain = c.need;
+        c.need = calloc((size_t)k->n_insts, 1);
+        for (int v = 0; v < g->n_stash; v++)
+            cut[g->stash[v]] = 1;
+        if (c.need) {
+            mark_needed(k, roots, n_roots, cut, c.need);
+            c.cut = cut;
+            c.stash = stash;
+            run_loop(&c, k->n_outer, zero, c.row_len, body_stores);
+            c.cut = NULL;
+            free(c.need);
+        }
+        LLVMBuildRetVoid(g->b);
+        c.need = plain;
+        LLVMPositionBuilderAtEnd(g->b, without);
+    }
+    run_loop(&c, k->n_outer, zero, c.row_len, body_stores);
     LLVMBuildRetVoid(g->b);
 done:
+    free(cut);
     fn_end(&c);
 }
 
@@ -1433,7 +1565,7 @@ static void build_finish(gen *g)
 {
     const kir_kernel *k = g->k;
     fnc c;
-    g->finish_fn = fn_begin(g, &c, CG_SYM_FINISH, g->elem_ty, false);
+    g->finish_fn = fn_begin(g, &c, CG_SYM_FINISH, g->finish_ty, false);
     if (!fn_ok(&c))
         goto done;
     c.row_outputs = true;
@@ -1524,7 +1656,7 @@ static LLVMValueRef gep1(gen *g, LLVMTypeRef t, LLVMValueRef base, LLVMValueRef 
 /* Stage s of `row` into reduced[s]: the leaves in order, combined by the pairwise tree with
  * an explicit stack (push each leaf, merge while the count of leaves so far is even: the same
  * tree as kernel.h's level-by-level one, odd last elements carried up). */
-static void emit_stage(fnc *c, int s, LLVMValueRef args, LLVMValueRef row, LLVMValueRef reduced)
+static void emit_stage(fnc *c, int s, LLVMValueRef args, LLVMValueRef row, LLVMValueRef reduced, LLVMValueRef stash)
 {
     gen *g = c->g;
     LLVMBuilderRef b = g->b;
@@ -1545,8 +1677,8 @@ static void emit_stage(fnc *c, int s, LLVMValueRef args, LLVMValueRef row, LLVMV
 
     loop_ctl leaves;
     LLVMValueRef leaf = loop_open(c, &leaves, LLVMConstInt(g->t_i64, 0, 0), n_leaves);
-    LLVMValueRef cargs[6] = {args, row, leaf, reduced, tv, tp};
-    LLVMBuildCall2(b, g->leaf_ty, g->leaf_fn[s], cargs, 6, "");
+    LLVMValueRef cargs[7] = {args, row, leaf, reduced, tv, tp, stash};
+    LLVMBuildCall2(b, g->leaf_ty, g->leaf_fn[s], cargs, 7, "");
     LLVMValueRef top = LLVMBuildLoad2(b, g->t_i64, sp, "");
     LLVMBuildStore(b, LLVMBuildLoad2(b, et, tv, ""), gep1(g, et, sv, top));
     LLVMBuildStore(b, LLVMBuildLoad2(b, g->t_i64, tp, ""), gep1(g, g->t_i64, sp_pos, top));
@@ -1629,21 +1761,28 @@ static void build_rows_reduce(gen *g)
     LLVMValueRef reduced = entry_alloca(&c, LLVMArrayType(g->t_i64, KIR_MAX_STAGES));
     LLVMValueRef begin = LLVMGetParam(c.fn, 1), end = LLVMGetParam(c.fn, 2);
     clamp_rows(&c, k->n_outer, &begin, &end);
+    LLVMValueRef null = LLVMConstNull(g->t_ptr), stash = null;
+    if (g->n_stash) {
+        LLVMValueRef buf = entry_alloca(&c, LLVMArrayType(g->t_i64, (unsigned)(g->n_stash * STASH_MAX)));
+        LLVMSetAlignment(buf, 64);
+        LLVMValueRef fits = LLVMBuildICmp(g->b, LLVMIntULE, c.row_len, LLVMConstInt(g->t_i64, STASH_MAX, 0), "");
+        stash = LLVMBuildSelect(g->b, fits, buf, null, "");
+    }
     loop_ctl rows;
     LLVMValueRef row = loop_open(&c, &rows, begin, end);
     for (int s = 0; s < k->n_stages; s++)
-        emit_stage(&c, s, args, row, reduced);
-    LLVMValueRef cargs[3] = {args, row, reduced};
+        emit_stage(&c, s, args, row, reduced, s == k->n_stages - 1 ? stash : null);
+    LLVMValueRef cargs[4] = {args, row, reduced, stash};
     if (g->has_elem) {
         LLVMBasicBlockRef yes = block(&c, "elems"), no = block(&c, "elems_done");
         LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSGT, c.row_len, LLVMConstInt(g->t_i64, 0, 0), ""), yes, no);
         LLVMPositionBuilderAtEnd(g->b, yes);
-        LLVMBuildCall2(g->b, g->elem_ty, g->elem_fn, cargs, 3, "");
+        LLVMBuildCall2(g->b, g->elem_ty, g->elem_fn, cargs, 4, "");
         LLVMBuildBr(g->b, no);
         LLVMPositionBuilderAtEnd(g->b, no);
     }
     if (g->has_row)
-        LLVMBuildCall2(g->b, g->elem_ty, g->finish_fn, cargs, 3, "");
+        LLVMBuildCall2(g->b, g->finish_ty, g->finish_fn, cargs, 3, "");
     loop_close(&c, &rows);
     LLVMBuildRetVoid(g->b);
 done:
@@ -1666,8 +1805,9 @@ static void build_leaves(gen *g)
     LLVMValueRef lb = LLVMGetParam(c.fn, 2), vals = LLVMGetParam(c.fn, 4), pos = LLVMGetParam(c.fn, 5);
     loop_ctl l;
     LLVMValueRef leaf = loop_open(&c, &l, lb, LLVMGetParam(c.fn, 3));
-    LLVMValueRef cargs[6] = {LLVMGetParam(c.fn, 0), LLVMGetParam(c.fn, 1), leaf, LLVMConstNull(g->t_ptr), tv, tp};
-    LLVMBuildCall2(g->b, g->leaf_ty, g->leaf_fn[0], cargs, 6, "");
+    LLVMValueRef cargs[7] = {LLVMGetParam(c.fn, 0), LLVMGetParam(c.fn, 1), leaf, LLVMConstNull(g->t_ptr), tv, tp,
+                             LLVMConstNull(g->t_ptr)};
+    LLVMBuildCall2(g->b, g->leaf_ty, g->leaf_fn[0], cargs, 7, "");
     LLVMValueRef i = LLVMBuildSub(g->b, leaf, lb, "");
     scalar_out(g, LLVMBuildLoad2(g->b, et, tv, ""), t, gep1(g, g->t_i64, vals, i));
     if (is_arg_comb(comb)) {
@@ -1735,6 +1875,74 @@ static shape kernel_shape(const kir_kernel *k)
     return sh;
 }
 
+/* Whether each instruction depends on the innermost axis (level 2 in the row functions). */
+static void inner_dependent(const kir_kernel *k, uint8_t *dep)
+{
+    int inner = k->rank - 1;
+    for (int i = 0; i < k->n_insts; i++) {
+        const kir_inst *in = &k->insts[i];
+        dep[i] = in->op == KIR_LOAD    ? k->inputs[in->a].stride[inner] != KIR_STRIDE_ZERO
+                 : in->op == KIR_INDEX ? in->a == inner
+                                       : 0;
+        const int32_t ops[3] = {in->a, in->b, in->c};
+        for (int j = 0; j < n_operands(in->op); j++)
+            dep[i] |= dep[ops[j]];
+    }
+}
+
+/* The stash of a row kernel (see "The stash"): the values shared by the last stage and the
+ * element stores that the element stores' own work reads, when the shared work has at least
+ * STASH_MIN_WORK operations and at most STASH_VALUES such values, none boolean. */
+enum { STASH_MIN_WORK = 6 };
+static void choose_stash(gen *g)
+{
+    const kir_kernel *k = g->k;
+    size_t n = (size_t)k->n_insts;
+    g->n_stash = 0;
+    if (!g->has_elem || !k->n_stages || k->n_outer == k->rank || !n)
+        return;
+    uint8_t *a = calloc(n, 1), *e = calloc(n, 1), *dep = calloc(n, 1), *front = calloc(n, 1);
+    if (!a || !e || !dep || !front)
+        goto done;
+    int32_t roots[KIR_MAX_OUTPUTS];
+    int n_roots = collect_stores(k, false, false, roots);
+    mark_needed(k, &k->stages[k->n_stages - 1].value, 1, NULL, a);
+    mark_needed(k, roots, n_roots, NULL, e);
+    inner_dependent(k, dep);
+    int work = 0;
+    for (size_t i = 0; i < n; i++) {
+        a[i] = a[i] && e[i] && dep[i]; /* now: shared */
+        work += a[i] && k->insts[i].op != KIR_LOAD && k->insts[i].op != KIR_CONST;
+    }
+    if (work < STASH_MIN_WORK)
+        goto done;
+    for (int r = 0; r < n_roots; r++)
+        front[roots[r]] |= a[roots[r]];
+    for (size_t i = 0; i < n; i++) {
+        const kir_inst *in = &k->insts[i];
+        const int32_t ops[3] = {in->a, in->b, in->c};
+        for (int j = 0; e[i] && !a[i] && j < n_operands(in->op); j++)
+            front[ops[j]] |= a[ops[j]];
+    }
+    int m = 0;
+    int32_t pick[STASH_VALUES];
+    for (size_t i = 0; i < n; i++) {
+        if (!front[i])
+            continue;
+        if (m == STASH_VALUES || k->insts[i].type == KIR_BOOL)
+            goto done;
+        pick[m++] = (int32_t)i;
+    }
+    for (int v = 0; v < m; v++)
+        g->stash[v] = pick[v];
+    g->n_stash = m;
+done:
+    free(a);
+    free(e);
+    free(dep);
+    free(front);
+}
+
 static void build_module(gen *g)
 {
     const kir_kernel *k = g->k;
@@ -1746,10 +1954,12 @@ static void build_module(gen *g)
         build_rows_elementwise(g);
         return;
     }
-    LLVMTypeRef leaf_params[6] = {g->t_ptr, g->t_i64, g->t_i64, g->t_ptr, g->t_ptr, g->t_ptr};
-    LLVMTypeRef elem_params[3] = {g->t_ptr, g->t_i64, g->t_ptr};
-    g->leaf_ty = LLVMFunctionType(g->t_void, leaf_params, 6, 0);
-    g->elem_ty = LLVMFunctionType(g->t_void, elem_params, 3, 0);
+    LLVMTypeRef leaf_params[7] = {g->t_ptr, g->t_i64, g->t_i64, g->t_ptr, g->t_ptr, g->t_ptr, g->t_ptr};
+    LLVMTypeRef elem_params[4] = {g->t_ptr, g->t_i64, g->t_ptr, g->t_ptr};
+    g->leaf_ty = LLVMFunctionType(g->t_void, leaf_params, 7, 0);
+    g->elem_ty = LLVMFunctionType(g->t_void, elem_params, 4, 0);
+    g->finish_ty = LLVMFunctionType(g->t_void, elem_params, 3, 0);
+    choose_stash(g);
     for (int s = 0; s < k->n_stages; s++)
         build_leaf_fn(g, s);
     if (g->has_elem)
