@@ -1843,8 +1843,11 @@ static void make_alias_scopes(gen *g)
         LLVMMetadataRef ops[2] = {md_str(g, name), dom};
         outs[o] = LLVMMDNodeInContext2(g->ctx, ops, 2);
     }
-    if (k->n_outputs == 0)
-        return; /* nothing is written: loads need no scopes */
+    bool in_place = false;
+    for (int o = 0; o < k->n_outputs; o++)
+        in_place |= k->in_place[o] != 0;
+    if (k->n_outputs == 0 || in_place)
+        return; /* nothing is written: loads need no scopes; or buffers are shared */
     g->load_scope = LLVMMetadataAsValue(g->ctx, LLVMMDNodeInContext2(g->ctx, &in, 1));
     g->load_noalias = LLVMMetadataAsValue(g->ctx, LLVMMDNodeInContext2(g->ctx, outs, (size_t)k->n_outputs));
     for (int o = 0; o < k->n_outputs; o++) {

@@ -500,6 +500,22 @@ static bool check_stores(const kir_kernel *k, const dep_info *dep, char *why, si
     return true;
 }
 
+/* An in-place output: an input of its dtype, written by element stores only. */
+static bool check_in_place(const kir_kernel *k, char *why, size_t cap)
+{
+    for (int o = 0; o < k->n_outputs; o++) {
+        int in = k->in_place[o] - 1;
+        if (in < 0)
+            continue;
+        if (in >= k->n_inputs || k->inputs[in].dtype != k->outputs[o].dtype)
+            return fail(why, cap, "output %d: in place of input %d, which is no input of its dtype", o, in);
+        for (int s = 0; s < k->n_stores; s++)
+            if (k->stores[s].slot == o && k->stores[s].row)
+                return fail(why, cap, "output %d: in place of input %d, but written by a row store", o, in);
+    }
+    return true;
+}
+
 bool kir_valid(const kir_kernel *k, char *why, size_t cap)
 {
     if (!k)
@@ -514,7 +530,7 @@ bool kir_valid(const kir_kernel *k, char *why, size_t cap)
     if (!dep)
         return fail(why, cap, "out of memory while checking the kernel");
     compute_deps(k, dep);
-    bool ok = check_stage_deps(k, dep, why, cap) && check_stores(k, dep, why, cap);
+    bool ok = check_stage_deps(k, dep, why, cap) && check_stores(k, dep, why, cap) && check_in_place(k, why, cap);
     free(dep);
     if (ok && why && cap)
         why[0] = '\0';
@@ -563,6 +579,8 @@ uint64_t kir_hash(const kir_kernel *k)
     h_slots(&h, k, k->inputs, n_in);
     h_int(&h, n_out);
     h_slots(&h, k, k->outputs, n_out);
+    for (int o = 0; o < n_out; o++)
+        h_bytes(&h, k->in_place[o], 1);
     h_int(&h, n_stages);
     for (int s = 0; s < n_stages; s++) {
         h_int(&h, k->stages[s].combiner);
@@ -682,8 +700,13 @@ char *kir_print(const kir_kernel *k)
         sb_printf(&sb, "  stage%d = %s %%%d\n", s,
                   k->stages[s].combiner <= KIR_COMBINE_ARGMIN ? COMBINER_NAMES[k->stages[s].combiner] : "?",
                   k->stages[s].value);
-    for (int s = 0; s >= 0 && s < k->n_stores && s < KIR_MAX_OUTPUTS; s++)
-        sb_printf(&sb, "  out%d <- %%%d%s\n", k->stores[s].slot, k->stores[s].value, k->stores[s].row ? " (row)" : "");
+    for (int s = 0; s >= 0 && s < k->n_stores && s < KIR_MAX_OUTPUTS; s++) {
+        int slot = k->stores[s].slot, in = slot >= 0 && slot < KIR_MAX_OUTPUTS ? k->in_place[slot] - 1 : -1;
+        sb_printf(&sb, "  out%d <- %%%d%s", slot, k->stores[s].value, k->stores[s].row ? " (row)" : "");
+        if (in >= 0)
+            sb_printf(&sb, " (in place of in%d)", in);
+        sb_printf(&sb, "\n");
+    }
     if (sb.oom) {
         free(sb.p);
         return NULL;

@@ -172,6 +172,13 @@ typedef struct kir_kernel {
     kir_stage stages[KIR_MAX_STAGES];
     int n_stores;
     kir_store stores[KIR_MAX_OUTPUTS];
+    /* Per output: 1 + the input slot whose buffer it overwrites in place (0: its own buffer).
+     * The runtime sets it (DESIGN.md, step 2) when the output is written by element stores
+     * only, at exactly the elements the input is read from, in the same dtype, and nothing
+     * reads that input later; every value at a position is computed before its stores, so
+     * reading and overwriting the same element is safe. Codegen then drops its no-alias
+     * promises. Part of the kernel's structure (the hash). */
+    uint8_t in_place[KIR_MAX_OUTPUTS];
     int n_insts, cap_insts;
     kir_inst *insts;
     char name[64]; /* for logs and dumps: "fused_exp_mul_add" */

@@ -128,6 +128,8 @@ typedef struct rt_storage {
     rt_buffer *buf;         /* NULL until materialized */
     ir_record *producer;    /* the pending record that writes it, or NULL */
     bool needed;            /* flush scratch: some live consumer or holder needs it */
+    int flush_refs;         /* flush scratch: references held by the batch's records */
+    int last_reader;        /* flush scratch: the last group of the plan that reads it */
     burnc_status_t poison;  /* execution error of its producer */
     char *poison_msg;
 } rt_storage;

@@ -407,9 +407,84 @@ static bool poison_from_inputs(rt_device *dev, const fus_group *g)
     return left > 0;
 }
 
-static void run_group(rt_device *dev, const fus_group *g)
+/* ---- In-place reuse (DESIGN.md, step 2) ---- */
+
+/* Per storage of the batch: the references its records hold and the last group that reads
+ * it: an opaque group reads its record's inputs, a kernel its input slots (which include the
+ * inputs of producers it recomputes). */
+static void mark_readers(ir_record *const *recs, int n, const fus_plan *p)
+{
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < recs[i]->n_in; k++)
+            recs[i]->in[k].storage->flush_refs = 0, recs[i]->in[k].storage->last_reader = -1;
+        recs[i]->out->flush_refs = 0, recs[i]->out->last_reader = -1;
+    }
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < recs[i]->n_in; k++)
+            recs[i]->in[k].storage->flush_refs++;
+        recs[i]->out->flush_refs++;
+    }
+    for (int gi = 0; gi < p->n_groups; gi++) {
+        const fus_group *g = &p->groups[gi];
+        if (g->opaque) {
+            const ir_record *rec = recs[g->recs[0]];
+            for (int k = 0; k < rec->n_in; k++)
+                rec->in[k].storage->last_reader = gi;
+        } else {
+            for (int i = 0; i < g->kernel.n_inputs; i++)
+                g->in_storage[i]->last_reader = gi;
+        }
+    }
+}
+
+/* Whether input i's buffer can take output o: the storage has one owner (nothing but this
+ * batch's records refers to it, so no handle or view can see it again), no later group reads
+ * it, no other slot of the kernel reads it, and the output's element stores address exactly
+ * the elements the input is read from, in its dtype, with no broadcast. */
+static bool can_take(const fus_group *g, int gi, int o, int i, uint32_t row_inputs)
 {
     const kir_kernel *k = &g->kernel;
+    const rt_storage *in = g->in_storage[i], *out = g->out_storage[o];
+    if (!in->buf || in->buf->external || in->poison || atomic_load(&in->holders) || in->last_reader != gi ||
+        atomic_load(&in->refs) != in->flush_refs || in->buf->size < out->nbytes || out->buf ||
+        k->inputs[i].dtype != k->outputs[o].dtype || (row_inputs >> i & 1) || g->in_offsets[i] != g->out_offsets[o])
+        return false;
+    for (int j = 0; j < k->n_inputs; j++)
+        if (j != i && g->in_storage[j] == in)
+            return false;
+    for (int d = 0; d < k->rank; d++) {
+        int64_t a = g->in_strides[i * k->rank + d], b = g->out_strides[o * k->rank + d];
+        if (a != b || (a == 0 && g->extents[d] > 1))
+            return false;
+    }
+    return true;
+}
+
+/* Sets k->in_place for the outputs that can take over an input's buffer (each input once). */
+static void choose_in_place(const fus_group *g, int gi, kir_kernel *k)
+{
+    uint32_t deps[KIR_MAX_OUTPUTS], row_inputs = 0, taken = 0;
+    bool row_out[KIR_MAX_OUTPUTS] = {false};
+    memset(k->in_place, 0, sizeof k->in_place);
+    rt_kir_output_deps(k, deps);
+    for (int s = 0; s < k->n_stores; s++)
+        if (k->stores[s].row)
+            row_out[k->stores[s].slot] = true;
+    for (int o = 0; o < k->n_outputs; o++)
+        if (row_out[o])
+            row_inputs |= deps[o];
+    for (int o = 0; o < k->n_outputs; o++)
+        for (int i = 0; i < k->n_inputs && !row_out[o] && !k->in_place[o]; i++)
+            if (!(taken >> i & 1) && can_take(g, gi, o, i, row_inputs)) {
+                k->in_place[o] = (uint8_t)(i + 1);
+                taken |= 1u << i;
+            }
+}
+
+static void run_group(rt_device *dev, const fus_group *g, int gi)
+{
+    kir_kernel kk = g->kernel; /* the plan's kernel with this launch's in-place choices */
+    const kir_kernel *k = &kk;
     rt_buffer *ins[KIR_MAX_INPUTS], *outs[KIR_MAX_OUTPUTS];
     if (!poison_from_inputs(dev, g))
         return;
@@ -417,15 +492,30 @@ static void run_group(rt_device *dev, const fus_group *g)
     for (int i = 0; i < k->n_inputs && s == BURNC_OK; i++)
         if (!(ins[i] = g->in_storage[i]->buf))
             s = rt_fail(BURNC_ERR_INTERNAL, "%s: input %d has no buffer", k->name, i);
+    uint64_t key = g->key;
+    if (s == BURNC_OK) {
+        choose_in_place(g, gi, &kk);
+        for (int j = 0; j < k->n_outputs; j++)
+            if (k->in_place[j]) {
+                key = kir_hash(k);
+                break;
+            }
+    }
     for (int j = 0; j < k->n_outputs && s == BURNC_OK; j++) {
         rt_storage *out = g->out_storage[j];
-        if (!out->buf)
+        if (k->in_place[j]) {
+            rt_storage *in = g->in_storage[k->in_place[j] - 1];
+            out->buf = in->buf; /* the input's storage is never read again: it gives its buffer up */
+            in->buf = NULL;
+            rt_log("fusion", "%s: output %d written in place of input %d", k->name, j, k->in_place[j] - 1);
+        } else if (!out->buf) {
             s = rt_pool_alloc(dev, out->nbytes, &out->buf);
+        }
         outs[j] = out->buf;
     }
     rt_kernel *compiled = NULL;
     if (s == BURNC_OK)
-        s = dev->be->compile_kernel(dev, k, g->key, &compiled);
+        s = dev->be->compile_kernel(dev, k, key, &compiled);
     if (s == BURNC_OK) {
         kir_args args = {.extents = g->extents, .in_offsets = g->in_offsets, .in_strides = g->in_strides,
                          .out_offsets = g->out_offsets, .out_strides = g->out_strides, .scalars = g->scalars};
@@ -490,13 +580,14 @@ static void run_plan(rt_device *dev, ir_record *const *recs, int n, const bool *
         return;
     }
     dump_plan(dev, &plan, recs, n);
+    mark_readers(recs, n, &plan);
     for (int gi = 0; gi < plan.n_groups; gi++) {
         const fus_group *g = &plan.groups[gi];
         log_group(dev, &plan, gi, recs);
         if (g->opaque)
             run_record(dev, recs[g->recs[0]]);
         else
-            run_group(dev, g);
+            run_group(dev, g, gi);
     }
     fus_plan_free(&plan);
 }

@@ -1367,3 +1367,160 @@ Test(cpu, dump_dir_gets_plans_and_kernels)
     cr_assert_eq(system(cmd), 0);
     BT_LEAK_CHECK();
 }
+
+/* ---- In-place reuse (DESIGN.md, step 2) ------------------------------------------------------ */
+
+enum { IP_N = 64 * 64 };
+
+/* A 64x64 f32 tensor with values in [-2, 2), made and computed: a buffer of its own. */
+static burnc_tensor_t *ip_input(burnc_device_t *dev, float *host)
+{
+    for (int i = 0; i < IP_N; i++)
+        host[i] = (float)uniform(-2, 2);
+    burnc_tensor_t *x = bt_f32(dev, 2, (const int64_t[]){64, 64}, host);
+    BT_ASSERT_OK(burnc_device_sync(dev));
+    BT_ASSERT_OK(burnc_device_memory_cleanup(dev));
+    return x;
+}
+
+/* t's IP_N elements equal want within a relative tolerance plus an absolute one. */
+static void ip_expect(burnc_tensor_t *t, const float *want, float rtol, float atol)
+{
+    static float got[IP_N];
+    bt_read_f32(t, got, IP_N);
+    for (int i = 0; i < IP_N; i++)
+        cr_assert(fabsf(got[i] - want[i]) <= rtol * fabsf(want[i]) + atol, "element %d: %a, expected %a", i, got[i],
+                  want[i]);
+}
+
+/* exp(host) as ref computes it. */
+static void ip_expect_exp(burnc_tensor_t *y, const float *host)
+{
+    static float want[IP_N];
+    burnc_device_t *ref = bt_ref();
+    burnc_tensor_t *xr = bt_f32(ref, 2, (const int64_t[]){64, 64}, host), *yr = BT_NOT_NULL(burnc_exp(xr));
+    bt_read_f32(yr, want, IP_N);
+    ip_expect(y, want, 0x1p-23f, 0); /* exp: within 1 ulp */
+    burnc_tensor_release(yr);
+    burnc_tensor_release(xr);
+    burnc_device_release(ref);
+}
+
+/* An input nothing else refers to gives its buffer to the output, fused and eager: no buffer
+ * is freed or allocated. */
+Test(cpu, in_place_takes_a_released_input)
+{
+    static float host[IP_N];
+    burnc_device_t *cpu = open_cpu();
+    for (int fuse = 0; fuse < 2; fuse++) {
+        BT_ASSERT_OK(burnc_device_set_fusion(cpu, fuse));
+        burnc_tensor_t *x = ip_input(cpu, host);
+        burnc_tensor_t *y = BT_NOT_NULL(burnc_exp(x));
+        burnc_tensor_release(x);
+        BT_ASSERT_OK(burnc_device_sync(cpu));
+        burnc_memory_report_t m = bt_memory(cpu);
+        cr_assert_eq(m.buffers_in_use, 1, "fuse %d: %llu buffers", fuse, (unsigned long long)m.buffers_in_use);
+        cr_assert_eq(m.bytes_cached, 0, "fuse %d: a buffer was freed (%llu bytes cached)", fuse,
+                     (unsigned long long)m.bytes_cached);
+        ip_expect_exp(y, host);
+        burnc_tensor_release(y);
+    }
+    burnc_device_release(cpu);
+    BT_LEAK_CHECK();
+}
+
+/* Inputs that must survive are never overwritten: one the user holds, one a second slot reads
+ * through another index map, one read by a later kernel, caller memory, a broadcast one. */
+Test(cpu, in_place_spares_inputs_still_in_use)
+{
+    static float host[IP_N], got[IP_N], want[IP_N];
+    burnc_device_t *cpu = open_cpu();
+    /* held by the user */
+    burnc_tensor_t *x = ip_input(cpu, host);
+    burnc_tensor_t *y = BT_NOT_NULL(burnc_exp(x));
+    ip_expect_exp(y, host);
+    ip_expect(x, host, 0, 0);
+    burnc_tensor_release(y);
+    burnc_tensor_release(x);
+    /* read through a second slot with another index map: y = exp(x) + 2 x^T */
+    burnc_device_t *ref = bt_ref();
+    x = ip_input(cpu, host);
+    burnc_tensor_t *t = BT_NOT_NULL(burnc_transpose(x, 0, 1));
+    burnc_tensor_t *e = BT_NOT_NULL(burnc_exp(x)), *m = BT_NOT_NULL(burnc_mul_scalar(t, 2.0));
+    burnc_tensor_release(t);
+    burnc_tensor_release(x);
+    y = BT_NOT_NULL(burnc_add(e, m));
+    burnc_tensor_release(e);
+    burnc_tensor_release(m);
+    burnc_tensor_t *xr = bt_f32(ref, 2, (const int64_t[]){64, 64}, host);
+    burnc_scope_begin();
+    burnc_tensor_t *yr = burnc_tensor_keep(burnc_add(burnc_exp(xr), burnc_mul_scalar(burnc_transpose(xr, 0, 1), 2.0)));
+    burnc_scope_end();
+    bt_read_f32(BT_NOT_NULL(yr), want, IP_N);
+    ip_expect(y, want, 0, 4e-6f); /* e^x < 7.4 within 1 ulp, one more rounding */
+    burnc_tensor_release(y);
+    /* read by a later group of the same flush: exp(x), then x @ x */
+    x = ip_input(cpu, host);
+    e = BT_NOT_NULL(burnc_exp(x));
+    m = BT_NOT_NULL(burnc_matmul(x, x));
+    burnc_tensor_release(x);
+    ip_expect_exp(e, host);
+    burnc_tensor_t *xr2 = bt_f32(ref, 2, (const int64_t[]){64, 64}, host), *mr = BT_NOT_NULL(burnc_matmul(xr2, xr2));
+    bt_read_f32(mr, want, IP_N);
+    ip_expect(m, want, 0, 1e-4f);
+    burnc_tensor_release(mr);
+    burnc_tensor_release(xr2);
+    burnc_tensor_release(e);
+    burnc_tensor_release(m);
+    /* caller memory is never written */
+    for (int i = 0; i < IP_N; i++)
+        host[i] = (float)uniform(-2, 2);
+    memcpy(want, host, sizeof want);
+    x = BT_NOT_NULL(burnc_tensor_wrap(cpu, BURNC_DTYPE_F32, 2, (const int64_t[]){64, 64}, host, NULL, NULL));
+    e = BT_NOT_NULL(burnc_exp(x));
+    burnc_tensor_release(x);
+    ip_expect_exp(e, want);
+    cr_assert_arr_eq(host, want, sizeof want, "the wrapped caller memory changed");
+    burnc_tensor_release(e);
+    /* a broadcast input: [1, 64] + [64, 64] reads each element 64 times */
+    x = ip_input(cpu, host);
+    burnc_tensor_t *row = BT_NOT_NULL(burnc_slice(x, 0, 0, 1, 1));
+    burnc_tensor_t *r2 = BT_NOT_NULL(burnc_mul_scalar(row, 1.0));
+    BT_ASSERT_OK(burnc_device_sync(cpu));
+    burnc_tensor_release(row);
+    y = BT_NOT_NULL(burnc_add(r2, x));
+    burnc_tensor_release(r2);
+    bt_read_f32(y, got, IP_N);
+    for (int i = 0; i < IP_N; i++)
+        cr_assert_eq(got[i], host[i % 64] + host[i], "element %d", i);
+    burnc_tensor_release(y);
+    burnc_tensor_release(x);
+    burnc_tensor_release(yr);
+    burnc_tensor_release(xr);
+    burnc_device_release(ref);
+    burnc_device_release(cpu);
+    BT_LEAK_CHECK();
+}
+
+/* A row kernel may write its element output over the row's input: softmax(x) with x released
+ * equals softmax on ref, and takes x's buffer. */
+Test(cpu, in_place_row_kernel)
+{
+    static float host[IP_N], want[IP_N];
+    burnc_device_t *cpu = open_cpu();
+    burnc_tensor_t *x = ip_input(cpu, host);
+    burnc_tensor_t *y = BT_NOT_NULL(burnc_softmax(x, 1));
+    burnc_tensor_release(x);
+    BT_ASSERT_OK(burnc_device_sync(cpu));
+    cr_assert_eq(bt_memory(cpu).bytes_cached, 0, "softmax did not take its input's buffer");
+    burnc_device_t *ref = bt_ref();
+    burnc_tensor_t *xr = bt_f32(ref, 2, (const int64_t[]){64, 64}, host), *yr = BT_NOT_NULL(burnc_softmax(xr, 1));
+    bt_read_f32(yr, want, IP_N);
+    ip_expect(y, want, 2e-6f, 0);
+    burnc_tensor_release(yr);
+    burnc_tensor_release(xr);
+    burnc_tensor_release(y);
+    burnc_device_release(ref);
+    burnc_device_release(cpu);
+    BT_LEAK_CHECK();
+}

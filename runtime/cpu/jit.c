@@ -161,7 +161,8 @@ static bool same_kernel(const kir_kernel *a, const kir_kernel *b)
         a->n_inputs != b->n_inputs || a->n_outputs != b->n_outputs || a->n_stages != b->n_stages ||
         a->n_stores != b->n_stores || a->n_insts != b->n_insts)
         return false;
-    if (!same_slots(a, a->inputs, b->inputs, a->n_inputs) || !same_slots(a, a->outputs, b->outputs, a->n_outputs))
+    if (!same_slots(a, a->inputs, b->inputs, a->n_inputs) || !same_slots(a, a->outputs, b->outputs, a->n_outputs) ||
+        memcmp(a->in_place, b->in_place, (size_t)a->n_outputs) != 0)
         return false;
     for (int s = 0; s < a->n_stages; s++)
         if (a->stages[s].combiner != b->stages[s].combiner || a->stages[s].value != b->stages[s].value)
