@@ -239,7 +239,7 @@ typedef struct gen {
     LLVMModuleRef mod;
     LLVMBuilderRef b;
     LLVMTypeRef t_void, t_i1, t_i8, t_i16, t_i32, t_i64, t_f32, t_f64, t_ptr;
-    unsigned md_scope, md_noalias, md_loop;
+    unsigned md_scope, md_noalias, md_loop, md_nontemporal;
     int elem_width; /* lanes of the element-store loops' vector steps */
     /* Outputs never alias inputs or each other (the fusion pass's promise): input loads are in
      * scope "in", each output's stores in their own scope. */
@@ -788,6 +788,7 @@ struct fnc {
     LLVMValueRef in_off[2][KIR_MAX_INPUTS], out_off[2][KIR_MAX_OUTPUTS]; /* by level 0 / 1 */
     LLVMValueRef in_stride[KIR_MAX_INPUTS][BURNC_MAX_RANK], out_stride[KIR_MAX_OUTPUTS][BURNC_MAX_RANK];
     LLVMValueRef scalars, row_len, reduced[KIR_MAX_STAGES];
+    LLVMValueRef stream; /* kir_args.stream */
     bool row_outputs; /* stores address the outer axes only */
     uint8_t *need;
     int8_t *level;
@@ -876,6 +877,8 @@ static void load_launch(fnc *c, LLVMValueRef args)
     LLVMValueRef out_offs = args_field(g, args, offsetof(kir_args, out_offsets));
     LLVMValueRef out_str = args_field(g, args, offsetof(kir_args, out_strides));
     c->scalars = args_field(g, args, offsetof(kir_args, scalars));
+    LLVMValueRef soff = LLVMConstInt(g->t_i64, offsetof(kir_args, stream), 0);
+    c->stream = LLVMBuildLoad2(g->b, g->t_i32, LLVMBuildGEP2(g->b, g->t_i8, args, &soff, 1, ""), "");
     for (int d = 0; d < k->rank; d++)
         c->extent[d] = load_i64(g, ext, d);
     for (int s = 0; s < k->n_inputs; s++) {
@@ -1240,6 +1243,53 @@ static void loop_as_is(gen *g, LLVMValueRef br, bool no_unroll)
     LLVMSetMetadata(br, g->md_loop, LLVMMetadataAsValue(g->ctx, id));
 }
 
+/* A vector store of output `slot` at element `at`: non-temporal when kir_args.stream asks for
+ * it and the address is aligned to the vector (up to a cache line), as such stores require;
+ * otherwise a plain one. Whole lines written this way skip the read for ownership that a plain
+ * store costs. */
+static void stream_store_at(fnc *c, int slot, LLVMValueRef x, LLVMValueRef at, int w)
+{
+    gen *g = c->g;
+    LLVMBuilderRef b = g->b;
+    burnc_dtype_t dt = g->k->outputs[slot].dtype;
+    LLVMTypeRef mt = mem_ty(g, dt);
+    unsigned bytes = (unsigned)w * mem_align(dt), align = bytes < 64 ? bytes : 64;
+    LLVMValueRef p = LLVMBuildGEP2(b, mt, c->out_base[slot], &at, 1, "");
+    LLVMValueRef asked = LLVMBuildICmp(b, LLVMIntNE,
+                                       LLVMBuildAnd(b, c->stream, LLVMConstInt(g->t_i32, 1u << slot, 0), ""),
+                                       LLVMConstInt(g->t_i32, 0, 0), "");
+    LLVMValueRef low = LLVMBuildAnd(b, LLVMBuildPtrToInt(b, p, g->t_i64, ""), LLVMConstInt(g->t_i64, align - 1, 0), "");
+    LLVMValueRef nt = LLVMBuildAnd(b, asked, LLVMBuildICmp(b, LLVMIntEQ, low, LLVMConstInt(g->t_i64, 0, 0), ""), "");
+    LLVMBasicBlockRef yes = block(c, "nt_store"), no = block(c, "store"), done = block(c, "stored");
+    LLVMBuildCondBr(b, nt, yes, no);
+    LLVMPositionBuilderAtEnd(b, yes);
+    LLVMValueRef st = LLVMBuildStore(b, x, p);
+    LLVMSetAlignment(st, align);
+    LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(g->t_i32, 1, 0));
+    LLVMSetMetadata(st, g->md_nontemporal, LLVMMetadataAsValue(g->ctx, LLVMMDNodeInContext2(g->ctx, &one, 1)));
+    tag(g, st, g->store_scope[slot], g->store_noalias[slot]);
+    LLVMBuildBr(b, done);
+    LLVMPositionBuilderAtEnd(b, no);
+    st = LLVMBuildStore(b, x, p);
+    LLVMSetAlignment(st, mem_align(dt));
+    tag(g, st, g->store_scope[slot], g->store_noalias[slot]);
+    LLVMBuildBr(b, done);
+    LLVMPositionBuilderAtEnd(b, done);
+}
+
+/* Non-temporal stores are weakly ordered: a full fence before the function returns makes them
+ * visible before the queue reports the job done. Only when something may have streamed. */
+static void stream_fence(fnc *c)
+{
+    gen *g = c->g;
+    LLVMBasicBlockRef yes = block(c, "fence"), done = block(c, "fenced");
+    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntNE, c->stream, LLVMConstInt(g->t_i32, 0, 0), ""), yes, done);
+    LLVMPositionBuilderAtEnd(g->b, yes);
+    LLVMBuildFence(g->b, LLVMAtomicOrderingSequentiallyConsistent, 0, "");
+    LLVMBuildBr(g->b, done);
+    LLVMPositionBuilderAtEnd(g->b, done);
+}
+
 static void store_at(fnc *c, int slot, LLVMValueRef x, LLVMValueRef at)
 {
     gen *g = c->g;
@@ -1268,7 +1318,9 @@ static void emit_stores(fnc *c, LLVMValueRef k, bool row, int w)
         LLVMValueRef v = to_mem(g, operand(c, st->value, w), kk->insts[st->value].type, kk->outputs[slot].dtype, w);
         LLVMValueRef off = c->out_off[row ? 0 : 1][slot];
         LLVMValueRef stride = !row && k && c->inner >= 0 ? c->out_stride[slot][c->inner] : NULL;
-        if (w == 1 || (stride && kk->outputs[slot].stride[c->inner] == KIR_STRIDE_UNIT)) {
+        if (w > 1 && stride && kk->outputs[slot].stride[c->inner] == KIR_STRIDE_UNIT) {
+            stream_store_at(c, slot, v, LLVMBuildAdd(b, off, LLVMBuildMul(b, k, stride, ""), ""), w);
+        } else if (w == 1 || (stride && kk->outputs[slot].stride[c->inner] == KIR_STRIDE_UNIT)) {
             store_at(c, slot, v, stride ? LLVMBuildAdd(b, off, LLVMBuildMul(b, k, stride, ""), "") : off);
         } else if (!stride) {
             store_at(c, slot, LLVMBuildExtractElement(b, v, LLVMConstInt(g->t_i32, (unsigned long long)(w - 1), 0), ""),
@@ -1611,6 +1663,7 @@ static void build_rows_elementwise(gen *g)
     slot_offsets(&c, 0);
     emit_level(&c, 0, 1);
     run_loop(&c, 0, begin, end, body_stores);
+    stream_fence(&c);
     LLVMBuildRetVoid(g->b);
 done:
     fn_end(&c);
@@ -1784,6 +1837,8 @@ static void build_rows_reduce(gen *g)
     if (g->has_row)
         LLVMBuildCall2(g->b, g->finish_ty, g->finish_fn, cargs, 3, "");
     loop_close(&c, &rows);
+    if (g->has_elem)
+        stream_fence(&c);
     LLVMBuildRetVoid(g->b);
 done:
     fn_end(&c);
@@ -1832,6 +1887,7 @@ static void make_alias_scopes(gen *g)
     g->md_scope = LLVMGetMDKindIDInContext(g->ctx, "alias.scope", 11);
     g->md_noalias = LLVMGetMDKindIDInContext(g->ctx, "noalias", 7);
     g->md_loop = LLVMGetMDKindIDInContext(g->ctx, "llvm.loop", 9);
+    g->md_nontemporal = LLVMGetMDKindIDInContext(g->ctx, "nontemporal", 11);
     LLVMMetadataRef dom_ops[1] = {md_str(g, "burnc.buffers")};
     LLVMMetadataRef dom = LLVMMDNodeInContext2(g->ctx, dom_ops, 1);
     LLVMMetadataRef in_ops[2] = {md_str(g, "burnc.inputs"), dom};

@@ -194,6 +194,9 @@ typedef struct kir_args {
     const int64_t *out_offsets; /* [n_outputs] */
     const int64_t *out_strides; /* [n_outputs * rank] (row outputs: 0 on reduced axes) */
     const kir_scalar *scalars;  /* [n_scalars] */
+    uint32_t stream;            /* bit o: output o is large and read back from memory anyway, so
+                                   its element stores may bypass the caches (a hint; the values
+                                   written are the same) */
 } kir_args;
 
 /* ---- Building (ir/kernel.c) -------------------------------------------------------------- */

@@ -1294,7 +1294,7 @@ static void *compile_thread(void *p)
                 in[i] = (float)i;
             void *ins[1] = {in}, *outs[1] = {out};
             int64_t ext = 100, zero = 0, one = 1;
-            kir_args a = {ins, outs, &ext, &zero, &one, &zero, &one, NULL};
+            kir_args a = {ins, outs, &ext, &zero, &one, &zero, &one, NULL, 0};
             f.rows(&a, 0, 100);
             for (int i = 0; i < 100; i++)
                 if (out[i] != (float)i * (float)(j->id * 10 + rep)) {
@@ -1882,7 +1882,7 @@ Test(kcache, compiled_kernel_round_trip)
     uint16_t out[5];
     void *ins[1] = {in}, *outs[1] = {out};
     int64_t ext = 5, zero = 0, one = 1;
-    kir_args a = {ins, outs, &ext, &zero, &one, &zero, &one, NULL};
+    kir_args a = {ins, outs, &ext, &zero, &one, &zero, &one, NULL, 0};
     f.rows(&a, 0, 5);
     for (int i = 0; i < 5; i++)
         cr_assert_eq(out[i], burnc_f32_to_f16(in[i] * in[i]), "element %d", i);
@@ -1892,5 +1892,69 @@ Test(kcache, compiled_kernel_round_trip)
     kir_free(&k);
     rm_tree(dir);
     free(dir);
+    BT_LEAK_CHECK();
+}
+
+/* kir_args.stream asks for non-temporal element stores: they may only change how lines reach
+ * memory, never what is written, at any alignment of the output, element-wise and in row
+ * kernels. Elements around the written range stay untouched. */
+Test(codegen, streaming_stores_write_the_same_values)
+{
+    const cg_llvm_api *api = llvm_api();
+    static const burnc_dtype_t dts[] = {BURNC_DTYPE_F32, BURNC_DTYPE_F64, BURNC_DTYPE_F16, BURNC_DTYPE_U8};
+    enum { N = 1000, PAD = 64 };
+    for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++) {
+        burnc_dtype_t dt = dts[di];
+        size_t es = burnc_dtype_size(dt);
+        for (int row = 0; row < 2; row++) {
+            kir_kernel k;
+            kir_init(&k, row ? 2 : 1, 1);
+            const char *cls = row ? "11" : "1";
+            int x = in_slot(&k, dt, cls), o = out_slot(&k, dt, cls);
+            kir_type t = kir_type_of(dt);
+            int32_t v = LD(&k, x);
+            if (row) {
+                int s = STAGE(&k, KIR_COMBINE_MAX, v);
+                v = OP2(&k, KIR_SUB, t, v, REDUCED(&k, s));
+            } else {
+                v = OP2(&k, KIR_ADD, t, v, t == KIR_U8 ? kir_const_i(&k, t, 3) : kir_const_f(&k, t, 0.5));
+            }
+            if (dt == BURNC_DTYPE_F16)
+                v = ROUND(&k, v, KIR_F16);
+            STORE(&k, o, v, false);
+            cg_cpu_kernel f;
+            char why[512];
+            cr_assert(api->compile_cpu(&k, &f, NULL, NULL, why, sizeof why), "%s", why);
+            unsigned char *in = aligned_alloc(64, (N + PAD) * 8), *plain = aligned_alloc(64, (N + PAD) * 8),
+                          *streamed = aligned_alloc(64, (N + PAD) * 8);
+            cr_assert(in && plain && streamed);
+            for (size_t i = 0; i < (N + PAD) * 8; i++)
+                in[i] = (unsigned char)(i * 37 % 251 & (dt == BURNC_DTYPE_F16 ? 0x3f : 0xff));
+            for (int64_t off = 0; off < 20; off += off < 4 ? 1 : 7) {
+                memset(plain, 0xa5, (N + PAD) * 8);
+                memset(streamed, 0xa5, (N + PAD) * 8);
+                int64_t ext[2] = {row ? 8 : N, row ? N / 8 : 1}, zero = 0;
+                int64_t strides[2] = {row ? N / 8 : 1, 1};
+                void *ins[1] = {in};
+                for (int s = 0; s < 2; s++) {
+                    void *outs[1] = {s ? streamed : plain};
+                    kir_args a = {ins, outs, ext, &zero, strides, &off, strides, NULL, s ? ~0u : 0u};
+                    f.rows(&a, 0, row ? 8 : N);
+                }
+                cr_assert(memcmp(plain, streamed, (N + PAD) * es) == 0,
+                          "%s %s kernel, output offset %lld: streamed stores wrote other bytes", burnc_dtype_name(dt),
+                          row ? "row" : "element-wise", (long long)off);
+                for (int64_t i = 0; i < (N + PAD) * (int64_t)es; i++)
+                    if (i < off * (int64_t)es || i >= (off + N) * (int64_t)es)
+                        cr_assert_eq(streamed[i], 0xa5, "%s: byte %lld outside the output was written",
+                                     burnc_dtype_name(dt), (long long)i);
+            }
+            free(in);
+            free(plain);
+            free(streamed);
+            api->release_cpu(&f);
+            kir_free(&k);
+        }
+    }
     BT_LEAK_CHECK();
 }

@@ -129,7 +129,7 @@ static void kernel_arrays(layout *l, cpu_job *j, const kir_kernel *k, const kir_
         memcpy(scalars, a->scalars, (size_t)k->n_scalars * sizeof *scalars);
     j->args = (kir_args){.inputs = inputs, .outputs = outputs, .extents = extents, .in_offsets = in_offsets,
                          .in_strides = in_strides, .out_offsets = out_offsets, .out_strides = out_strides,
-                         .scalars = scalars};
+                         .scalars = scalars, .stream = a->stream};
     j->bufs = bufs;
 }
 
