@@ -30,8 +30,14 @@ typedef struct cg_cpu_kernel {
     void *impl; /* owned by whoever made it (the JIT or the object loader) */
 } cg_cpu_kernel;
 
+/* Code parameters autotune may choose; all-zero means the defaults. */
+typedef struct cg_cpu_options {
+    int elem_width; /* lanes per vector step of element stores: 8, 16 or 32; 0: 16 with AVX-512,
+                       else 8 */
+} cg_cpu_options;
+
 /* What the LLVM module exports, as one table found with dlsym("burnc_llvm_api"). */
-enum { CG_LLVM_ABI = 1 };
+enum { CG_LLVM_ABI = 2 };
 typedef struct cg_llvm_api {
     int abi;          /* CG_LLVM_ABI */
     const char *llvm_version;
@@ -42,6 +48,9 @@ typedef struct cg_llvm_api {
      * cache. On failure returns false with the reason in err. */
     bool (*compile_cpu)(const kir_kernel *k, cg_cpu_kernel *out, void **obj, size_t *obj_size, char *err,
                         size_t err_cap);
+    /* The same with code parameters (opt may be NULL: the defaults). */
+    bool (*compile_cpu_with)(const kir_kernel *k, const cg_cpu_options *opt, cg_cpu_kernel *out, void **obj,
+                             size_t *obj_size, char *err, size_t err_cap);
     void (*release_cpu)(cg_cpu_kernel *k);
 } cg_llvm_api;
 

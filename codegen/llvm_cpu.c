@@ -2320,7 +2320,8 @@ static bool optimize_and_emit(gen *g, LLVMTargetMachineRef tm, LLVMMemoryBufferR
     return true;
 }
 
-static bool compile_cpu(const kir_kernel *k, cg_cpu_kernel *out, void **obj, size_t *obj_size, char *err, size_t cap)
+static bool compile_cpu_with(const kir_kernel *k, const cg_cpu_options *opt, cg_cpu_kernel *out, void **obj,
+                             size_t *obj_size, char *err, size_t cap)
 {
     if (out)
         memset(out, 0, sizeof *out);
@@ -2332,6 +2333,8 @@ static bool compile_cpu(const kir_kernel *k, cg_cpu_kernel *out, void **obj, siz
         return failf(err, cap, "compile_cpu: no output");
     if (!check_kernel(k, err, cap))
         return false;
+    if (opt && opt->elem_width && opt->elem_width != 8 && opt->elem_width != 16 && opt->elem_width != 32)
+        return failf(err, cap, "compile_cpu %s: element width %d is not 8, 16 or 32", k->name, opt->elem_width);
     pthread_once(&init_once, init_llvm);
     if (init_error[0])
         return failf(err, cap, "%s", init_error);
@@ -2348,7 +2351,7 @@ static bool compile_cpu(const kir_kernel *k, cg_cpu_kernel *out, void **obj, siz
     LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
     LLVMSetModuleDataLayout(g.mod, layout);
     LLVMDisposeTargetData(layout);
-    g.elem_width = strstr(host_features, "+avx512f") ? 16 : 8;
+    g.elem_width = opt && opt->elem_width ? opt->elem_width : strstr(host_features, "+avx512f") ? 16 : 8;
     build_module(&g);
     tt.ir_ms = now_ms() - t0;
 
@@ -2387,10 +2390,16 @@ static bool compile_cpu(const kir_kernel *k, cg_cpu_kernel *out, void **obj, siz
     return true;
 }
 
+static bool compile_cpu(const kir_kernel *k, cg_cpu_kernel *out, void **obj, size_t *obj_size, char *err, size_t cap)
+{
+    return compile_cpu_with(k, NULL, out, obj, obj_size, err, cap);
+}
+
 CG_EXPORT const cg_llvm_api burnc_llvm_api = {
     .abi = CG_LLVM_ABI,
     .llvm_version = LLVM_VERSION_STRING,
     .host_cpu = host_cpu,
     .compile_cpu = compile_cpu,
+    .compile_cpu_with = compile_cpu_with,
     .release_cpu = release_cpu,
 };

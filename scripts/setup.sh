@@ -19,6 +19,8 @@ need gcc command -v cc
 need libc6-dev test -f /usr/include/stdio.h
 need libcriterion-dev have_pkg libcriterion-dev
 need python3-numpy /usr/bin/python3 -c 'import numpy'
+# SQLite: the persistent autotune store.
+need libsqlite3-dev pkg-config --exists sqlite3
 # LLVM 19: the cpu device's code generator (without it the build has no cpu device).
 need llvm-19-dev command -v llvm-config-19
 

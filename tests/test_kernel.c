@@ -15,6 +15,7 @@
 #include "ir.h"
 #include "kernel.h"
 #include "kernel_ops.h"
+#include "kernel_io.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -2196,6 +2197,447 @@ Test(kernel, eval_refuses_bad_launches)
     t.ext[0] = INT64_MAX, t.ext[1] = 4;
     cr_assert_eq(kir_eval(&t.k, &a), BURNC_ERR_INTERNAL);
     BT_ASSERT_LAST_ERROR(BURNC_ERR_INTERNAL, "overflow");
+    kt_free(&t);
+    BT_LEAK_CHECK();
+}
+
+/* ---- Kernels as text (ir/kernel_io.c) ---------------------------------------------------- */
+
+/* The launch layout a kt describes, with its first n_scalars scalars. */
+static kir_layout io_layout(const kt *t, int n_scalars)
+{
+    kir_layout l;
+    memset(&l, 0, sizeof l);
+    memcpy(l.extents, t->ext, sizeof l.extents);
+    memcpy(l.in_offsets, t->in_off, sizeof l.in_offsets);
+    memcpy(l.in_strides, t->in_str, sizeof l.in_strides);
+    memcpy(l.out_offsets, t->out_off, sizeof l.out_offsets);
+    memcpy(l.out_strides, t->out_str, sizeof l.out_strides);
+    l.n_scalars = n_scalars;
+    for (int s = 0; s < n_scalars && s < 16; s++)
+        l.scalars[s] = t->sc[s];
+    return l;
+}
+
+static void io_expect_slots(const kir_slot *a, const kir_slot *b, int n, int rank, const char *kind)
+{
+    for (int s = 0; s < n; s++) {
+        cr_assert_eq(a[s].dtype, b[s].dtype, "%s %d dtype", kind, s);
+        for (int d = 0; d < rank; d++)
+            cr_assert_eq(a[s].stride[d], b[s].stride[d], "%s %d stride class %d", kind, s, d);
+    }
+}
+
+/* Decoded and original kernels and layouts are equal field by field. */
+static void io_expect_same(const kir_kernel *a, const kir_layout *la, const kir_kernel *b, const kir_layout *lb)
+{
+    cr_assert_eq(kir_hash(a), kir_hash(b));
+    cr_assert(a->rank == b->rank && a->n_outer == b->n_outer && a->n_scalars == b->n_scalars);
+    cr_assert(a->n_inputs == b->n_inputs && a->n_outputs == b->n_outputs);
+    io_expect_slots(a->inputs, b->inputs, a->n_inputs, a->rank, "input");
+    io_expect_slots(a->outputs, b->outputs, a->n_outputs, a->rank, "output");
+    cr_assert_eq(memcmp(a->in_place, b->in_place, sizeof a->in_place), 0, "in_place");
+    cr_assert_eq(a->n_stages, b->n_stages);
+    for (int s = 0; s < a->n_stages; s++)
+        cr_assert(a->stages[s].combiner == b->stages[s].combiner && a->stages[s].value == b->stages[s].value);
+    cr_assert_eq(a->n_stores, b->n_stores);
+    for (int s = 0; s < a->n_stores; s++)
+        cr_assert(a->stores[s].slot == b->stores[s].slot && a->stores[s].value == b->stores[s].value &&
+                  a->stores[s].row == b->stores[s].row, "store %d", s);
+    cr_assert_eq(a->n_insts, b->n_insts);
+    cr_assert((b->insts || !b->n_insts) && b->cap_insts >= b->n_insts, "array %d of %d", b->n_insts,
+              b->cap_insts);
+    for (int i = 0; i < a->n_insts; i++) {
+        const kir_inst *x = &a->insts[i], *y = &b->insts[i];
+        cr_assert(x->op == y->op && x->type == y->type && x->a == y->a && x->b == y->b && x->c == y->c &&
+                  x->imm.u == y->imm.u, "instruction %d", i);
+    }
+    cr_assert_str_eq(a->name, b->name);
+    for (int d = 0; d < a->rank; d++)
+        cr_assert_eq(la->extents[d], lb->extents[d]);
+    for (int s = 0; s < a->n_inputs; s++) {
+        cr_assert_eq(la->in_offsets[s], lb->in_offsets[s]);
+        for (int d = 0; d < a->rank; d++)
+            cr_assert_eq(la->in_strides[s * a->rank + d], lb->in_strides[s * a->rank + d]);
+    }
+    for (int s = 0; s < a->n_outputs; s++) {
+        cr_assert_eq(la->out_offsets[s], lb->out_offsets[s]);
+        for (int d = 0; d < a->rank; d++)
+            cr_assert_eq(la->out_strides[s * a->rank + d], lb->out_strides[s * a->rank + d]);
+    }
+    cr_assert_eq(la->n_scalars, lb->n_scalars);
+    for (int s = 0; s < la->n_scalars; s++)
+        cr_assert_eq(la->scalars[s].u, lb->scalars[s].u, "scalar %d bits", s);
+}
+
+/* Encodes (twice: the same text), decodes, compares, and re-encodes to the same text. */
+static void io_round_trip(const kir_kernel *k, const kir_layout *l)
+{
+    char why[256];
+    cr_assert(kir_valid(k, why, sizeof why), "test kernel invalid: %s", why);
+    char *text = kir_encode(k, l), *again = kir_encode(k, l);
+    cr_assert(text && again);
+    cr_assert_str_eq(text, again, "not deterministic");
+    cr_assert_eq(strncmp(text, "kir1:", 5), 0, "%.20s", text);
+    cr_assert(strspn(text + 5, "0123456789abcdef") == strlen(text + 5) && strlen(text) % 2 == 1);
+    kir_kernel d;
+    kir_layout dl;
+    cr_assert(kir_decode(text, &d, &dl, why, sizeof why), "decode: %s", why);
+    cr_assert_str_empty(why);
+    io_expect_same(k, l, &d, &dl);
+    char *re = kir_encode(&d, &dl);
+    cr_assert(re);
+    cr_assert_str_eq(re, text);
+    free(re), free(again), free(text);
+    kir_free(&d);
+}
+
+/* Rank 3, element-wise: f16 dense, bf16 broadcast on axis 0 with a runtime stride, u8
+ * broadcast on two axes, i64 with an offset and negative strides; f16 and i64 outputs. */
+static void io_elementwise(kt *t)
+{
+    const int64_t ext[3] = {2, 3, 5};
+    kt_init(t, 3, 3, ext);
+    int a = kt_in(t, BURNC_DTYPE_F16, NULL, 0, NULL);
+    int b = kt_in(t, BURNC_DTYPE_BF16, NULL, 7, (const int64_t[]){0, 10, 1});
+    int c = kt_in(t, BURNC_DTYPE_U8, NULL, 0, (const int64_t[]){0, 1, 0});
+    int e = kt_in(t, BURNC_DTYPE_I64, NULL, 40, (const int64_t[]){-15, -5, -1});
+    int oh = kt_out(t, BURNC_DTYPE_F16, NULL, 0, NULL);
+    int oi = kt_out(t, BURNC_DTYPE_I64, NULL, 3, (const int64_t[]){1, 2, 6});
+    kir_kernel *k = &t->k;
+    int32_t s = kir_emit(k, KIR_ADD, KIR_F32, kt_load(t, a), kt_load(t, b), -1);
+    int32_t cu = kir_emit(k, KIR_CONVERT, KIR_F32, kt_load(t, c), -1, -1);
+    s = kir_round(k, kir_emit(k, KIR_MUL, KIR_F32, s, cu, -1), KIR_F16);
+    int32_t li = kt_load(t, e);
+    kt_store(t, oh, kir_emit(k, KIR_FMA, KIR_F32, s, kir_const_f(k, KIR_F32, -0.0), kir_const_f(k, KIR_F32, NAN)),
+             false);
+    kt_store(t, oi, kir_emit(k, KIR_SHR, KIR_I64, li, kir_const_i(k, KIR_I64, INT64_MIN), -1), false);
+    snprintf(k->name, sizeof k->name, "fused_add_mul_fma");
+}
+
+/* Rank 2, one outer axis: max, sum of exp(x - max) (many instructions: the array grows) and
+ * argmax stages; row stores of the sum and the argmax, an element store of tanh(softmax) in
+ * bf16. */
+static void io_rows(kt *t)
+{
+    const int64_t ext[2] = {4, 9};
+    kt_init(t, 2, 1, ext);
+    int x = kt_in(t, BURNC_DTYPE_F32, NULL, 0, NULL);
+    int os = kt_out(t, BURNC_DTYPE_F32, NULL, 0, (const int64_t[]){1, 0});
+    int oa = kt_out(t, BURNC_DTYPE_I64, NULL, 5, (const int64_t[]){3, 0});
+    int oe = kt_out(t, BURNC_DTYPE_BF16, NULL, 0, NULL);
+    int32_t lx = kt_load(t, x);
+    int s0 = kt_stage(t, KIR_COMBINE_MAX, lx);
+    int32_t ex = kir_exp(&t->k, kir_emit(&t->k, KIR_SUB, KIR_F32, lx, kt_reduced(t, s0), -1));
+    int32_t sum = kt_reduced(t, kt_stage(t, KIR_COMBINE_SUM, ex));
+    int32_t am = kt_reduced(t, kt_stage(t, KIR_COMBINE_ARGMAX, lx));
+    kt_store(t, os, sum, true);
+    kt_store(t, oa, am, true);
+    kt_store(t, oe, kir_tanh(&t->k, kir_emit(&t->k, KIR_DIV, KIR_F32, ex, sum, -1)), false);
+    memset(t->k.name, 'x', sizeof t->k.name - 1); /* the longest name */
+    memcpy(t->k.name, "softmax", 7);
+}
+
+/* Rank 1, output 0 written in place of input 1; three scalar arguments. */
+static void io_in_place(kt *t)
+{
+    const int64_t ext[1] = {6};
+    kt_init(t, 1, 1, ext);
+    kt_in(t, BURNC_DTYPE_F64, NULL, 0, NULL);
+    int x = kt_in(t, BURNC_DTYPE_F64, NULL, 2, NULL);
+    int o = kt_out(t, BURNC_DTYPE_F64, NULL, 2, NULL);
+    kir_kernel *k = &t->k;
+    k->n_scalars = 3;
+    int32_t v = kir_emit(k, KIR_MUL, KIR_F64, kt_load(t, x), kir_emit(k, KIR_ARG, KIR_F64, 0, -1, -1), -1);
+    v = kir_emit(k, KIR_ADD, KIR_F64, v, kir_emit(k, KIR_ARG, KIR_F64, 1, -1, -1), -1);
+    v = kir_emit(k, KIR_SELECT, KIR_F64, kir_emit(k, KIR_ARG, KIR_BOOL, 2, -1, -1), v, kt_load(t, 0));
+    kt_store(t, o, v, false);
+    k->in_place[o] = (uint8_t)(1 + x);
+    t->sc[0].u = UINT64_C(0x7ff8000000000123); /* a NaN with a payload */
+    t->sc[1].u = UINT64_C(0x8000000000000000); /* -0.0 */
+    t->sc[2].i = -1;
+}
+
+Test(kernel, io_round_trips)
+{
+    kt t;
+    io_elementwise(&t);
+    kir_layout l = io_layout(&t, 0);
+    t.k.inputs[0].stride[6] = KIR_STRIDE_ANY; /* beyond the rank: not structure, not written */
+    io_round_trip(&t.k, &l);
+    kt_free(&t);
+
+    io_rows(&t);
+    cr_assert(t.k.n_insts > 64, "only %d instructions", t.k.n_insts);
+    l = io_layout(&t, 0);
+    io_round_trip(&t.k, &l);
+    kt_free(&t);
+
+    io_in_place(&t);
+    l = io_layout(&t, 3);
+    io_round_trip(&t.k, &l);
+    /* a layout may carry more scalars than the kernel reads */
+    l.n_scalars = 64;
+    l.scalars[63].u = UINT64_C(0xfff0000000000001);
+    io_round_trip(&t.k, &l);
+    kt_free(&t);
+
+    base_bufs m;
+    base_kernel(&t, &m);
+    l = io_layout(&t, 0);
+    io_round_trip(&t.k, &l);
+    t.k.name[0] = '\0';
+    io_round_trip(&t.k, &l);
+    kt_free(&t);
+
+    kir_kernel empty; /* rank 0, nothing at all */
+    kir_init(&empty, 0, 0);
+    memset(&l, 0, sizeof l);
+    io_round_trip(&empty, &l);
+    kir_free(&empty);
+    BT_LEAK_CHECK();
+}
+
+/* The name is in the text but not in the hash; the layout is in the text. */
+Test(kernel, io_text_sees_name_and_layout)
+{
+    kt t;
+    io_elementwise(&t);
+    kir_layout l = io_layout(&t, 0);
+    char *a = kir_encode(&t.k, &l);
+    snprintf(t.k.name, sizeof t.k.name, "other");
+    char *b = kir_encode(&t.k, &l);
+    l.in_strides[1 * 3 + 1] = 11;
+    char *c = kir_encode(&t.k, &l);
+    cr_assert(a && b && c);
+    cr_assert(strcmp(a, b) != 0 && strcmp(b, c) != 0);
+    kir_kernel ka, kb;
+    kir_layout la, lb;
+    char why[256];
+    cr_assert(kir_decode(a, &ka, &la, why, sizeof why) && kir_decode(b, &kb, &lb, why, sizeof why), "%s", why);
+    cr_assert_eq(kir_hash(&ka), kir_hash(&kb));
+    cr_assert_str_eq(kb.name, "other");
+    kir_free(&ka), kir_free(&kb);
+    free(a), free(b), free(c);
+    kt_free(&t);
+    BT_LEAK_CHECK();
+}
+
+Test(kernel, io_encode_refuses)
+{
+    kt t;
+    base_bufs m;
+    base_kernel(&t, &m);
+    kir_layout l = io_layout(&t, 0);
+    t.k.insts[2].b = 4; /* invalid */
+    cr_assert_null(kir_encode(&t.k, &l));
+    t.k.insts[2].b = 1;
+    char *ok = kir_encode(&t.k, &l);
+    cr_assert_not_null(ok);
+    free(ok);
+    l.n_scalars = 65;
+    cr_assert_null(kir_encode(&t.k, &l));
+    l.n_scalars = -1;
+    cr_assert_null(kir_encode(&t.k, &l));
+    l.n_scalars = 0;
+    t.k.n_scalars = 65; /* valid for kir_valid, but no layout could hold its scalars */
+    cr_assert_null(kir_encode(&t.k, &l));
+    cr_assert_null(kir_encode(NULL, &l));
+    cr_assert_null(kir_encode(&t.k, NULL));
+    kt_free(&t);
+    BT_LEAK_CHECK();
+}
+
+/* A failed decode names the problem and leaves the kernel empty. */
+static void io_expect_fail(const char *text, const char *reason)
+{
+    kir_kernel k;
+    kir_layout l;
+    char why[256] = "untouched";
+    memset(&k, 0x5a, sizeof k);
+    bool ok = kir_decode(text, &k, &l, why, sizeof why);
+    cr_assert(!ok, "\"%.60s\" decoded, expected \"%s\"", text ? text : "(null)", reason);
+    cr_assert(strncmp(why, "kir_decode: ", 12) == 0 && strstr(why, reason), "reason \"%s\" lacks \"%s\"", why,
+              reason);
+    cr_assert(k.insts == NULL && k.n_insts == 0 && k.cap_insts == 0 && k.rank == 0 && k.n_inputs == 0);
+    kir_free(&k);
+}
+
+/* "kir1:" and the hex of the given bytes. */
+static char *io_hex(const uint8_t *b, size_t n)
+{
+    char *s = malloc(5 + 2 * n + 1);
+    cr_assert_not_null(s);
+    memcpy(s, "kir1:", 5);
+    for (size_t i = 0; i < n; i++)
+        snprintf(s + 5 + 2 * i, 3, "%02x", b[i]);
+    s[5 + 2 * n] = '\0';
+    return s;
+}
+
+static void io_bytes_fail(const uint8_t *b, size_t n, const char *reason)
+{
+    char *s = io_hex(b, n);
+    io_expect_fail(s, reason);
+    free(s);
+}
+
+Test(kernel, io_decode_rejects_bad_text)
+{
+    io_expect_fail("", "does not start with");
+    io_expect_fail(NULL, "no text");
+    io_expect_fail("kir2:00000000000000000000000000", "does not start with");
+    io_expect_fail("KIR1:00000000000000000000000000", "does not start with");
+    io_expect_fail("kir1:0000000000000000000000000", "odd number");
+    io_expect_fail("kir1:00000000000000g00000000000", "character 19");
+    io_expect_fail("kir1:000000000000000000000000A0", "character 29");
+    io_expect_fail("kir1:0000000000000000000000 000", "not a lowercase hex digit");
+    io_expect_fail("kir1:", "truncated in rank");
+    /* the smallest kernel: rank 0, no slots, stages, stores, instructions, name or scalars */
+    const uint8_t empty[] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    char *s = io_hex(empty, sizeof empty);
+    kir_kernel k;
+    kir_layout l;
+    char why[256];
+    cr_assert(kir_decode(s, &k, &l, why, sizeof why), "%s", why);
+    cr_assert(k.rank == 0 && k.n_insts == 0 && k.name[0] == '\0' && l.n_scalars == 0);
+    kir_free(&k);
+    free(s);
+    uint8_t b[sizeof empty + 1];
+    memcpy(b, empty, sizeof empty);
+    b[sizeof empty] = 0;
+    io_bytes_fail(b, sizeof empty + 1, "byte 13: 1 trailing bytes");
+    /* each count over its bound (byte offsets as laid out in ir/kernel_io.c) */
+    static const struct {
+        int at;
+        uint8_t v;
+        const char *reason;
+    } over[] = {
+        {0, 9, "byte 0: rank 9 exceeds 8"},
+        {2, 65, "byte 2: scalar count 65 exceeds 64"},
+        {3, 17, "byte 3: input count 17 exceeds 16"},
+        {4, 9, "byte 4: output count 9 exceeds 8"},
+        {5, 9, "byte 5: stage count 9 exceeds 4"},
+        {6, 9, "byte 6: store count 9 exceeds 8"},
+        {9, 0x10, "byte 7: instruction count 1048577 exceeds 1048576"}, /* with byte 7 = 1 below */
+        {7, 3, "byte 7: 3 instructions need 66 bytes"},
+        {11, 64, "byte 11: name length 64 exceeds 63"},
+        {12, 65, "byte 12: layout scalar count 65 exceeds 64"},
+        {1, 1, "invalid kernel: rank 0 with 1 outer axes"},
+    };
+    for (size_t i = 0; i < COUNT(over); i++) {
+        memcpy(b, empty, sizeof empty);
+        b[over[i].at] = over[i].v;
+        if (over[i].at == 9)
+            b[7] = 1;
+        io_bytes_fail(b, sizeof empty, over[i].reason);
+    }
+    /* a store row flag that is not 0 or 1; a NUL in the name */
+    const uint8_t row[] = {0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0};
+    io_bytes_fail(row, sizeof row, "byte 15: store row flag is 2");
+    const uint8_t name[] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 'a', 0, 0};
+    io_bytes_fail(name, sizeof name, "byte 13: NUL in the name");
+    /* why may be absent or tiny */
+    kir_kernel k2;
+    cr_assert(!kir_decode("kir1:zz", &k2, &l, NULL, 0));
+    cr_assert(!kir_decode("kir1:09", &k2, &l, why, 5));
+    cr_assert_str_eq(why, "kir_");
+    kir_free(&k2);
+    BT_LEAK_CHECK();
+}
+
+/* Every prefix of a valid line fails; a trailing byte fails. */
+Test(kernel, io_decode_rejects_truncations)
+{
+    kt t;
+    io_in_place(&t);
+    kir_layout l = io_layout(&t, 3);
+    char *text = kir_encode(&t.k, &l);
+    cr_assert_not_null(text);
+    size_t n = strlen(text);
+    char *cut = malloc(n + 3);
+    cr_assert_not_null(cut);
+    for (size_t len = 0; len < n; len++) {
+        memcpy(cut, text, len);
+        cut[len] = '\0';
+        io_expect_fail(cut, len < 5         ? "does not start"
+                            : (len - 5) % 2 ? "odd number"
+                            : len == 5      ? "truncated"
+                                            : "byte");
+        if (len > 5 && len % 2 == 1) {
+            kir_kernel k;
+            char why[256];
+            cr_assert(!kir_decode(cut, &k, &l, why, sizeof why));
+            cr_assert(strstr(why, "truncated") || strstr(why, "instructions need"), "length %zu: %s", len, why);
+        }
+    }
+    snprintf(cut, n + 3, "%s00", text);
+    io_expect_fail(cut, "1 trailing bytes");
+    free(cut);
+    free(text);
+    kt_free(&t);
+    BT_LEAK_CHECK();
+}
+
+/* Damage anywhere fails cleanly or gives a kernel kir_valid accepts: one hex digit changed at
+ * each position, and each byte with all its bits flipped. */
+static void io_damage(const kir_kernel *k, const kir_layout *l)
+{
+    char *text = kir_encode(k, l);
+    cr_assert_not_null(text);
+    size_t n = strlen(text);
+    int failed = 0, decoded = 0;
+    for (size_t i = 5; i < n; i++)
+        for (int mode = 0; mode < 3; mode++) {
+            char *bad = strdup(text);
+            cr_assert_not_null(bad);
+            unsigned v = (unsigned)(bad[i] <= '9' ? bad[i] - '0' : bad[i] - 'a' + 10);
+            if (mode == 2 && (i - 5) % 2) {
+                free(bad);
+                continue;
+            }
+            if (mode < 2)
+                v ^= mode ? 8u : 1u;
+            else { /* the whole byte */
+                unsigned w = (unsigned)(bad[i + 1] <= '9' ? bad[i + 1] - '0' : bad[i + 1] - 'a' + 10);
+                bad[i + 1] = "0123456789abcdef"[w ^ 15u];
+                v ^= 15u;
+            }
+            bad[i] = "0123456789abcdef"[v];
+            kir_kernel d;
+            kir_layout dl;
+            char why[256] = "";
+            if (kir_decode(bad, &d, &dl, why, sizeof why)) {
+                char why2[256];
+                cr_assert(kir_valid(&d, why2, sizeof why2), "position %zu: decoded an invalid kernel: %s", i, why2);
+                decoded++;
+            } else {
+                cr_assert(strncmp(why, "kir_decode: ", 12) == 0, "position %zu: reason \"%s\"", i, why);
+                cr_assert(d.insts == NULL && d.n_insts == 0);
+                failed++;
+            }
+            kir_free(&d);
+            free(bad);
+        }
+    cr_assert(failed > 0 && decoded > 0, "%d failed, %d decoded", failed, decoded);
+    free(text);
+}
+
+Test(kernel, io_decode_survives_damage)
+{
+    kt t;
+    io_elementwise(&t);
+    kir_layout l = io_layout(&t, 0);
+    io_damage(&t.k, &l);
+    kt_free(&t);
+    io_in_place(&t);
+    l = io_layout(&t, 3);
+    io_damage(&t.k, &l);
+    kt_free(&t);
+    base_bufs m;
+    base_kernel(&t, &m);
+    l = io_layout(&t, 0);
+    io_damage(&t.k, &l);
     kt_free(&t);
     BT_LEAK_CHECK();
 }

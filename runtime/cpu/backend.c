@@ -231,50 +231,23 @@ static void cpu_kernel_free(rt_device *dev, rt_kernel *k)
 
 static burnc_status_t cpu_compile_kernel(rt_device *dev, const kir_kernel *k, uint64_t key, rt_kernel **out)
 {
-    return cpu_kernel_get(&cpu_dev(dev)->kernels, k, key, out);
+    return cpu_kernel_get(&cpu_dev(dev)->kernels, k, key, 0, out);
 }
 
-/* Outputs at least this large are written with non-temporal stores (kir_args.stream): they
- * exceed the last-level cache, so whoever reads them reads memory anyway, and streaming saves
- * the read for ownership of every line (a third of a copy's traffic). The size of the largest
- * cache sysfs lists for cpu0, else 32 MiB. */
-static once_flag stream_once = ONCE_FLAG_INIT;
-static size_t stream_bytes;
-
-static void find_stream_bytes(void)
-{
-    stream_bytes = (size_t)32 << 20;
-    size_t best = 0;
-    for (int i = 0; i < 8; i++) {
-        char path[96];
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        unsigned long v = 0;
-        char unit = 0;
-        if (fscanf(f, "%lu%c", &v, &unit) >= 1) {
-            size_t bytes = unit == 'K' ? (size_t)v << 10 : unit == 'M' ? (size_t)v << 20 : (size_t)v;
-            best = bytes > best ? bytes : best;
-        }
-        fclose(f);
-    }
-    if (best >= ((size_t)1 << 20))
-        stream_bytes = best;
-}
-
+/* Autotune picks the code width, the task size and the store kind (tune.c); a width other
+ * than the default is another compiled kernel of the same structure. */
 static burnc_status_t cpu_launch_kernel(rt_device *dev, rt_kernel *k, const kir_args *args, rt_buffer *const *ins,
                                         rt_buffer *const *outs)
 {
     if (k->kind != CPU_KERNEL_COMPILED)
         return rt_fail(BURNC_ERR_INTERNAL, "cpu: launch_kernel of a record kernel");
-    call_once(&stream_once, find_stream_bytes);
+    cpu_params p;
+    RT_TRY(cpu_tune_choose(dev, &k->ir, k->key, args, outs, true, &p, NULL));
+    if (p.width != (k->width ? k->width : cpu_default_width()))
+        RT_TRY(cpu_kernel_get(&cpu_dev(dev)->kernels, &k->ir, k->key, p.width, &k));
     kir_args a = *args;
-    a.stream = 0;
-    for (int o = 0; o < k->ir.n_outputs; o++)
-        if (outs[o]->size >= stream_bytes)
-            a.stream |= 1u << o;
-    return cpu_queue_kernel(cpu_dev(dev)->queue, k, &a, ins, outs);
+    a.stream = p.stream ? (k->ir.n_outputs >= 32 ? ~0u : (1u << k->ir.n_outputs) - 1) : 0;
+    return cpu_queue_kernel(cpu_dev(dev)->queue, k, &a, &p, ins, outs);
 }
 
 static burnc_status_t cpu_sync(rt_device *dev) { return cpu_queue_sync(cpu_dev(dev)->queue); }

@@ -48,6 +48,7 @@ struct rt_kernel {
     cpu_kernel_kind kind;
     /* CPU_KERNEL_COMPILED: */
     uint64_t key;        /* kir_hash */
+    int width;           /* cg_cpu_options.elem_width it was compiled with (0: the default) */
     kir_kernel ir;       /* a copy: equality on lookup, and what the schedule needs */
     cg_cpu_kernel fn;
     bool from_object;    /* loaded by cg_object_load (else compiled by the LLVM module) */
@@ -65,8 +66,11 @@ typedef struct cpu_kernel_cache {
 
 void cpu_kernel_cache_init(cpu_kernel_cache *c);
 void cpu_kernel_cache_free(cpu_kernel_cache *c);
-/* Finds or builds the compiled kernel: memory, then the disk cache, then LLVM. */
-burnc_status_t cpu_kernel_get(cpu_kernel_cache *c, const kir_kernel *k, uint64_t key, rt_kernel **out);
+/* Finds or builds the compiled kernel for an element-store width (0: the default): memory,
+ * then the disk cache, then LLVM. */
+burnc_status_t cpu_kernel_get(cpu_kernel_cache *c, const kir_kernel *k, uint64_t key, int width, rt_kernel **out);
+/* The width the code generator uses by default on this host (16 with AVX-512, else 8). */
+int cpu_default_width(void);
 /* Whether the LLVM module has been loaded into this process (for tests and logs). */
 bool cpu_llvm_loaded(void);
 /* Whether the LLVM module's file is there (without loading it); false with the reason. */
@@ -74,10 +78,30 @@ bool cpu_llvm_module_find(char *why, size_t why_cap);
 bool cpu_llvm_module_available(void);
 
 /* ---- Running a compiled kernel (schedule.c) ------------------------------------------------ */
-/* Runs k over args on the pool (inline for small domains). The split follows the shape only,
- * and reduction results follow kernel.h's order, so results do not depend on the thread
- * count. BURNC_ERR_OUT_OF_MEMORY when scratch for leaf results cannot be had. */
-burnc_status_t cpu_run_kernel(cpu_threads *t, const rt_kernel *k, const kir_args *args);
+/* How one launch runs (autotune's candidates, tune.c); none changes a result. */
+typedef struct cpu_params {
+    int width;         /* element-store vector lanes of the code (8, 16, 32) */
+    int64_t task_work; /* positions per task of the pool; a launch smaller than half of it runs
+                          inline */
+    bool stream;       /* element outputs written with non-temporal stores */
+} cpu_params;
+
+/* Runs k over args on the pool with params p (NULL: the defaults). The split follows the
+ * shape and p only, and reduction results follow kernel.h's order, so results do not depend
+ * on the thread count or p. BURNC_ERR_OUT_OF_MEMORY when scratch for leaf results cannot be
+ * had. */
+burnc_status_t cpu_run_kernel(cpu_threads *t, const rt_kernel *k, const kir_args *args, const cpu_params *p);
+
+/* ---- Autotune (tune.c) --------------------------------------------------------------------- */
+struct at_outcome;
+/* The parameters for launching kernel k (structure hash key) over args, whose outputs are
+ * outs (NULL: unknown sizes): a decision from autotune, tuned now on private buffers when
+ * may_tune and BURNC_AUTOTUNE=on. Records the launch for BURNC_AUTOTUNE_RECORD. how may be
+ * NULL. */
+burnc_status_t cpu_tune_choose(rt_device *dev, const kir_kernel *k, uint64_t key, const kir_args *args,
+                               rt_buffer *const *outs, bool may_tune, cpu_params *out, struct at_outcome *how);
+/* The fingerprint autotune keys CPU decisions with. */
+const char *cpu_tune_fingerprint(void);
 
 /* ---- The in-order queue (queue.c) ---------------------------------------------------------- */
 typedef struct cpu_job cpu_job;
@@ -89,9 +113,10 @@ void cpu_queue_free(cpu_queue *q);
 /* Queues a job for an opaque record: copies the record (never its storages); bufs[k] for its
  * inputs, bufs[n_in] its output. */
 burnc_status_t cpu_queue_record(cpu_queue *q, const ir_record *rec, rt_buffer *const *bufs);
-/* Queues a launch of a compiled kernel: copies args; ins/outs give the buffers. */
-burnc_status_t cpu_queue_kernel(cpu_queue *q, rt_kernel *k, const kir_args *args, rt_buffer *const *ins,
-                                rt_buffer *const *outs);
+/* Queues a launch of a compiled kernel with params p: copies args and p; ins/outs give the
+ * buffers. */
+burnc_status_t cpu_queue_kernel(cpu_queue *q, rt_kernel *k, const kir_args *args, const cpu_params *p,
+                                rt_buffer *const *ins, rt_buffer *const *outs);
 /* Waits until every job queued so far that uses b is done. */
 void cpu_queue_wait_buffer(cpu_queue *q, const cpu_buffer *b);
 /* Waits until the queue is empty. */

@@ -180,12 +180,12 @@ static bool same_kernel(const kir_kernel *a, const kir_kernel *b)
     return true;
 }
 
-static rt_kernel *lookup(cpu_kernel_cache *c, const kir_kernel *k, uint64_t key)
+static rt_kernel *lookup(cpu_kernel_cache *c, const kir_kernel *k, uint64_t key, int width)
 {
     if (!c->cap)
         return NULL;
     for (rt_kernel *e = c->slots[key & (uint64_t)(c->cap - 1)]; e; e = e->next)
-        if (e->key == key && same_kernel(&e->ir, k))
+        if (e->key == key && e->width == width && same_kernel(&e->ir, k))
             return e;
     return NULL;
 }
@@ -295,7 +295,8 @@ static burnc_status_t compile_llvm(kc_cache *disk, uint64_t disk_key, rt_kernel 
     char err[1024] = "";
     void *obj = NULL;
     size_t size = 0;
-    if (!api->compile_cpu(&k->ir, &k->fn, disk ? &obj : NULL, disk ? &size : NULL, err, sizeof err))
+    cg_cpu_options opt = {.elem_width = k->width};
+    if (!api->compile_cpu_with(&k->ir, &opt, &k->fn, disk ? &obj : NULL, disk ? &size : NULL, err, sizeof err))
         return rt_fail(BURNC_ERR_COMPILE, "cpu: compiling %s failed: %s", k->ir.name, err);
     *stored = obj && kc_put(disk, disk_key, obj, size);
     free(obj);
@@ -303,7 +304,7 @@ static burnc_status_t compile_llvm(kc_cache *disk, uint64_t disk_key, rt_kernel 
 }
 
 /* Memory, then disk, then LLVM; the new kernel joins the memory cache. */
-static burnc_status_t build(cpu_kernel_cache *c, const kir_kernel *k, uint64_t key, rt_kernel **out)
+static burnc_status_t build(cpu_kernel_cache *c, const kir_kernel *k, uint64_t key, int width, rt_kernel **out)
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -314,10 +315,13 @@ static burnc_status_t build(cpu_kernel_cache *c, const kir_kernel *k, uint64_t k
     }
     nk->kind = CPU_KERNEL_COMPILED;
     nk->key = key;
+    nk->width = width;
     rt_kir_output_deps(k, nk->out_deps);
     dump_kernel(k, key);
     kc_cache *disk = disk_cache(c);
-    uint64_t disk_key = kc_key(key, kc_host_fingerprint(), COMPILER_ID);
+    /* the default width is the historical key, so caches written before widths were tuned hit */
+    uint64_t disk_key = kc_key(width ? key ^ (UINT64_C(0x9e3779b97f4a7c15) * (uint64_t)width) : key,
+                               kc_host_fingerprint(), COMPILER_ID);
     if (load_from_disk(disk, disk_key, nk)) {
         rt_log("codegen", "%s %016llx: disk hit, loaded in %.2f ms", k->name, (unsigned long long)key, ms_since(&t0));
     } else {
@@ -342,13 +346,24 @@ static burnc_status_t build(cpu_kernel_cache *c, const kir_kernel *k, uint64_t k
     return BURNC_OK;
 }
 
-burnc_status_t cpu_kernel_get(cpu_kernel_cache *c, const kir_kernel *k, uint64_t key, rt_kernel **out)
+int cpu_default_width(void)
 {
+#if defined(__x86_64__) && defined(__GNUC__)
+    return __builtin_cpu_supports("avx512f") ? 16 : 8;
+#else
+    return 8;
+#endif
+}
+
+burnc_status_t cpu_kernel_get(cpu_kernel_cache *c, const kir_kernel *k, uint64_t key, int width, rt_kernel **out)
+{
+    if (width == cpu_default_width())
+        width = 0; /* one kernel for the default, however it is asked for */
     mtx_lock(&c->lock);
-    rt_kernel *hit = lookup(c, k, key);
+    rt_kernel *hit = lookup(c, k, key, width);
     mtx_unlock(&c->lock);
     if (!hit)
-        return build(c, k, key, out);
+        return build(c, k, key, width, out);
     rt_log("codegen", "%s %016llx: memory hit", k->name, (unsigned long long)key);
     *out = hit;
     return BURNC_OK;

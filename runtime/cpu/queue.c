@@ -23,6 +23,7 @@ struct cpu_job {
     ir_record rec;    /* JOB_RECORD: storages cleared, arrays in data[] */
     rt_kernel *kernel; /* JOB_KERNEL */
     kir_args args;     /* JOB_KERNEL: arrays in data[] */
+    cpu_params params; /* JOB_KERNEL */
     alignas(16) unsigned char data[];
 };
 
@@ -171,7 +172,7 @@ static void run_job(cpu_queue *q, cpu_job *j)
     if (!inherit_failures(j))
         return;
     burnc_status_t s = j->kind == JOB_RECORD ? rt_ref_run_record(&j->rec, j->bufs)
-                                             : cpu_run_kernel(q->threads, j->kernel, &j->args);
+                                             : cpu_run_kernel(q->threads, j->kernel, &j->args, &j->params);
     if (s == BURNC_OK)
         return;
     const char *msg = burnc_error_message();
@@ -291,8 +292,8 @@ burnc_status_t cpu_queue_record(cpu_queue *q, const ir_record *rec, rt_buffer *c
     return BURNC_OK;
 }
 
-burnc_status_t cpu_queue_kernel(cpu_queue *q, rt_kernel *k, const kir_args *args, rt_buffer *const *ins,
-                                rt_buffer *const *outs)
+burnc_status_t cpu_queue_kernel(cpu_queue *q, rt_kernel *k, const kir_args *args, const cpu_params *p,
+                                rt_buffer *const *ins, rt_buffer *const *outs)
 {
     const kir_kernel *ir = &k->ir;
     layout l = {0};
@@ -304,6 +305,7 @@ burnc_status_t cpu_queue_kernel(cpu_queue *q, rt_kernel *k, const kir_args *args
     kernel_arrays(&l, j, ir, args, ins, outs);
     j->kind = JOB_KERNEL;
     j->kernel = k;
+    j->params = *p;
     j->n_in = ir->n_inputs;
     j->n_out = ir->n_outputs;
     push(q, j);

@@ -9,11 +9,9 @@
 #include "cpu.h"
 
 enum {
-    SMALL_WORK = 1 << 15, /* positions below which a kernel runs inline on the worker */
-    TASK_WORK = 1 << 16,  /* positions per task */
+    TASK_WORK = 1 << 16,  /* positions per task, without autotune's choice */
     LEAF_ROWS_MAX = 16,   /* "few rows": at most this many ... */
     LEAF_MIN_LEAVES = 2,  /* ... of at least this many leaves each */
-    LEAVES_PER_TASK = TASK_WORK / KIR_LEAF,
 };
 
 static void shape_of(const kir_kernel *ir, const kir_args *a, int64_t *n_rows, int64_t *row_len)
@@ -54,10 +52,11 @@ static void rows_task(void *ctx, int64_t i)
     j->fn->rows(j->args, begin, end);
 }
 
-static void run_rows(cpu_threads *t, const rt_kernel *k, const kir_args *a, int64_t n_rows, int64_t row_len)
+static void run_rows(cpu_threads *t, const rt_kernel *k, const kir_args *a, int64_t n_rows, int64_t row_len,
+                     int64_t task)
 {
-    int64_t per = row_len >= TASK_WORK ? 1 : TASK_WORK / (row_len > 0 ? row_len : 1);
-    if (cpu_threads_count(t) == 1 || n_rows * row_len < SMALL_WORK || n_rows <= per) {
+    int64_t per = row_len >= task ? 1 : task / (row_len > 0 ? row_len : 1);
+    if (cpu_threads_count(t) == 1 || n_rows * row_len < task / 2 || n_rows <= per) {
         k->fn.rows(a, 0, n_rows);
         return;
     }
@@ -159,7 +158,7 @@ static void combine_leaves(kir_combiner c, kir_type t, kir_scalar *v, int64_t *p
 typedef struct leaves_job {
     const cg_cpu_kernel *fn;
     const kir_args *args;
-    int64_t n_leaves, tasks_per_row;
+    int64_t n_leaves, tasks_per_row, per_task;
     kir_scalar *vals; /* [rows][n_leaves] */
     int64_t *pos;     /* same, ARG combiners only */
 } leaves_job;
@@ -168,8 +167,8 @@ static void leaves_task(void *ctx, int64_t i)
 {
     const leaves_job *j = ctx;
     int64_t row = i / j->tasks_per_row;
-    int64_t first = i % j->tasks_per_row * LEAVES_PER_TASK;
-    int64_t end = first + LEAVES_PER_TASK < j->n_leaves ? first + LEAVES_PER_TASK : j->n_leaves;
+    int64_t first = i % j->tasks_per_row * j->per_task;
+    int64_t end = first + j->per_task < j->n_leaves ? first + j->per_task : j->n_leaves;
     int64_t at = row * j->n_leaves + first;
     j->fn->leaves(j->args, row, first, end, j->vals + at, j->pos ? j->pos + at : NULL);
 }
@@ -186,23 +185,24 @@ static bool use_leaves(const rt_kernel *k, int64_t n_rows, int64_t row_len)
 }
 
 static burnc_status_t run_leaves(cpu_threads *t, const rt_kernel *k, const kir_args *a, int64_t n_rows,
-                                 int64_t row_len)
+                                 int64_t row_len, int64_t task)
 {
+    int64_t per_task = task / KIR_LEAF > 0 ? task / KIR_LEAF : 1;
     const kir_kernel *ir = &k->ir;
     kir_combiner c = ir->stages[0].combiner;
     kir_type type = ir->insts[ir->stages[0].value].type;
     bool arg = c == KIR_COMBINE_ARGMAX || c == KIR_COMBINE_ARGMIN;
     int64_t n_leaves = (row_len + KIR_LEAF - 1) / KIR_LEAF;
     size_t n = (size_t)(n_rows * n_leaves);
-    leaves_job j = {.fn = &k->fn, .args = a, .n_leaves = n_leaves,
-                    .tasks_per_row = (n_leaves + LEAVES_PER_TASK - 1) / LEAVES_PER_TASK,
+    leaves_job j = {.fn = &k->fn, .args = a, .n_leaves = n_leaves, .per_task = per_task,
+                    .tasks_per_row = (n_leaves + per_task - 1) / per_task,
                     .vals = malloc(n * sizeof *j.vals), .pos = arg ? malloc(n * sizeof *j.pos) : NULL};
     if (!j.vals || (arg && !j.pos)) {
         free(j.vals);
         free(j.pos);
         return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "cpu: %s: out of memory for %zu leaf results", ir->name, n);
     }
-    bool inline_run = cpu_threads_count(t) == 1 || n_rows * row_len < SMALL_WORK;
+    bool inline_run = cpu_threads_count(t) == 1 || n_rows * row_len < task / 2;
     run_tasks(t, inline_run, n_rows * j.tasks_per_row, leaves_task, &j);
     for (int64_t row = 0; row < n_rows; row++) {
         kir_scalar *v = j.vals + row * n_leaves;
@@ -216,16 +216,16 @@ static burnc_status_t run_leaves(cpu_threads *t, const rt_kernel *k, const kir_a
     return BURNC_OK;
 }
 
-burnc_status_t cpu_run_kernel(cpu_threads *t, const rt_kernel *k, const kir_args *args)
+burnc_status_t cpu_run_kernel(cpu_threads *t, const rt_kernel *k, const kir_args *args, const cpu_params *p)
 {
-    int64_t n_rows, row_len;
+    int64_t n_rows, row_len, task = p && p->task_work > 0 ? p->task_work : TASK_WORK;
     shape_of(&k->ir, args, &n_rows, &row_len);
     if (n_rows == 0)
         return BURNC_OK;
     if (use_leaves(k, n_rows, row_len))
-        return run_leaves(t, k, args, n_rows, row_len);
+        return run_leaves(t, k, args, n_rows, row_len, task);
     if (!k->fn.rows)
         return rt_fail(BURNC_ERR_INTERNAL, "cpu: %s: compiled without a rows function", k->ir.name);
-    run_rows(t, k, args, n_rows, row_len);
+    run_rows(t, k, args, n_rows, row_len, task);
     return BURNC_OK;
 }

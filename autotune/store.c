@@ -1,0 +1,878 @@
+/* The autotune store: see store.h.
+ *
+ * One SQLite connection per store, serialized by the store's own lock: a connection has one
+ * transaction at a time, so a thread's BEGIN ... COMMIT must not interleave with another
+ * thread's statements. Processes (and separate stores) meet in SQLite's WAL locking. */
+#define _GNU_SOURCE
+#include "store.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pwd.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <threads.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rt.h"
+
+enum {
+    AT_SCHEMA = 1,           /* PRAGMA user_version of the table below */
+    AT_APP_ID = 0x4275544e,  /* PRAGMA application_id: "BuTN", marks the file as ours */
+    AT_BUSY_MS = 5000,       /* how long one statement waits for another process's lock */
+    AT_BUSY_TRIES = 3,       /* BEGIN IMMEDIATE attempts, each after a full busy wait */
+    AT_DAMAGED = -1,         /* db_check: the database is not a usable store */
+};
+#define AT_FILE "autotune.sqlite"
+#define AT_FORMAT "burnc-autotune"
+#define AT_FORMAT_VERSION 1
+#define AT_COLUMNS "fingerprint, family, key, config, set_checksum, best_ms, heuristic_ms, created"
+
+/* WITHOUT ROWID: the primary key is the only way records are looked up. */
+static const char schema_sql[] =
+    "CREATE TABLE autotune (fingerprint TEXT NOT NULL, family TEXT NOT NULL, key TEXT NOT NULL,"
+    " config TEXT NOT NULL, set_checksum INTEGER NOT NULL, best_ms REAL NOT NULL,"
+    " heuristic_ms REAL NOT NULL, created INTEGER NOT NULL,"
+    " PRIMARY KEY (fingerprint, family, key)) WITHOUT ROWID;"
+    "PRAGMA user_version = 1; PRAGMA application_id = 1114985550;";
+_Static_assert(AT_SCHEMA == 1 && AT_APP_ID == 1114985550, "schema_sql spells these out");
+
+struct at_store {
+    mtx_t lock;
+    sqlite3 *db;
+    sqlite3_stmt *get, *put; /* the hot statements, prepared once */
+    bool read_only;
+    char *path;
+};
+
+/* ---- Files and directories --------------------------------------------------------------- */
+
+static char *path_join(const char *a, const char *b)
+{
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", a, b);
+    return p;
+}
+
+/* The cache directory, by the kernel cache's rule (codegen/kcache.c), malloc'ed; NULL with
+ * a reason when no variable names one. */
+static char *base_dir(char *why, size_t cap)
+{
+    const char *env = getenv("BURNC_CACHE_DIR");
+    if (env && *env)
+        return strdup(env);
+    env = getenv("XDG_CACHE_HOME");
+    if (env && env[0] == '/') /* the XDG spec ignores relative values */
+        return path_join(env, "burnc");
+    const char *home = getenv("HOME");
+    if (!home || !*home) {
+        struct passwd *pw = getpwuid(getuid());
+        home = pw ? pw->pw_dir : NULL;
+    }
+    if (!home || !*home) {
+        snprintf(why, cap, "no cache directory: neither BURNC_CACHE_DIR, XDG_CACHE_HOME nor HOME is set");
+        return NULL;
+    }
+    return path_join(home, ".cache/burnc");
+}
+
+/* mkdir -p; levels it creates get mode 0700, existing ones are left alone. Failures show
+ * up in the trust check that follows. */
+static void make_dirs(char *path)
+{
+    for (char *s = path + 1;; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        mkdir(path, 0700);
+        *s = c;
+        if (c == '\0')
+            return;
+    }
+}
+
+/* The store decides which code parameters run, so its directory must be this user's and
+ * writable by nobody else. Writability goes by the owner's mode bit, as in the kernel cache:
+ * for root, access() always says yes. */
+static bool dir_trusted(const char *dir, bool *writable, char *why, size_t cap)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        snprintf(why, cap, "%s: %s", dir, strerror(errno));
+        return false;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(why, cap, "%s is not a directory", dir);
+        return false;
+    }
+    if (st.st_uid != geteuid()) {
+        snprintf(why, cap, "%s belongs to uid %u, not to this user (uid %u)", dir, (unsigned)st.st_uid,
+                 (unsigned)geteuid());
+        return false;
+    }
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+        snprintf(why, cap, "%s has mode %04o: group or others may write it (chmod 700 it)", dir,
+                 (unsigned)(st.st_mode & 07777));
+        return false;
+    }
+    *writable = (st.st_mode & S_IWUSR) && access(dir, W_OK) == 0;
+    return true;
+}
+
+static bool file_exists(const char *path, const char *suffix, off_t *size)
+{
+    char *name = NULL;
+    struct stat st;
+    bool found = asprintf(&name, "%s%s", path, suffix) >= 0 && stat(name, &st) == 0;
+    free(name);
+    if (found && size)
+        *size = st.st_size;
+    return found;
+}
+
+/* Moves a damaged database and its WAL companions to <path>.damaged-<unix time> (kept for a
+ * post-mortem); returns the new name (malloc'ed), or NULL with errno. `opened` is the file
+ * this process found damaged: when another process has already replaced it, there is nothing
+ * to move (a race in the window between this check and the rename can still move a fresh
+ * store aside; that only costs a retune). */
+static char *quarantine(const char *path, const struct stat *opened)
+{
+    struct stat now;
+    if (stat(path, &now) != 0 || now.st_ino != opened->st_ino || now.st_dev != opened->st_dev)
+        return strdup("(moved by another process)");
+    long long t = (long long)time(NULL);
+    char *moved = NULL;
+    for (int k = 0; k < 100; k++) { /* never over an earlier damaged copy */
+        free(moved);
+        if ((k ? asprintf(&moved, "%s.damaged-%lld.%d", path, t, k) : asprintf(&moved, "%s.damaged-%lld", path, t)) < 0)
+            return NULL;
+        if (!file_exists(moved, "", NULL))
+            break;
+    }
+    if (rename(path, moved) != 0) {
+        free(moved);
+        return NULL;
+    }
+    static const char *const companions[] = {"-wal", "-shm"};
+    for (int i = 0; i < 2; i++) {
+        char *from = NULL, *to = NULL;
+        if (asprintf(&from, "%s%s", path, companions[i]) >= 0 && asprintf(&to, "%s%s", moved, companions[i]) >= 0)
+            rename(from, to); /* ENOENT is the usual case */
+        free(from);
+        free(to);
+    }
+    return moved;
+}
+
+/* file:<path>?immutable=1, for a read-only WAL database whose directory cannot take the -shm
+ * file: SQLite then reads the file without any locking. */
+static char *immutable_uri(const char *path)
+{
+    char *u = malloc(3 * strlen(path) + 32);
+    if (!u)
+        return NULL;
+    char *p = stpcpy(u, "file:");
+    for (const unsigned char *c = (const unsigned char *)path; *c; c++) {
+        bool plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                     strchr("/-_.~", *c);
+        p += plain ? sprintf(p, "%c", *c) : sprintf(p, "%%%02X", *c);
+    }
+    strcpy(p, "?immutable=1");
+    return u;
+}
+
+/* ---- SQLite helpers ---------------------------------------------------------------------- */
+
+static burnc_status_t db_fail(sqlite3 *db, const char *fn, const char *path, int rc)
+{
+    if (rc == SQLITE_NOMEM)
+        return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: out of memory in SQLite", fn);
+    return rt_fail(BURNC_ERR_UNAVAILABLE, "%s: %s (%s)", fn, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc), path);
+}
+
+/* BEGIN IMMEDIATE takes the write lock up front: a transaction that starts as a reader and
+ * upgrades later can fail with SQLITE_BUSY without waiting when another process committed
+ * in between, and would then lose its write. */
+static int begin_write(sqlite3 *db)
+{
+    int rc = SQLITE_BUSY;
+    for (int i = 0; i < AT_BUSY_TRIES && rc == SQLITE_BUSY; i++)
+        rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    return rc;
+}
+
+/* SQLite answers SQLITE_BUSY at once, without the busy handler, where waiting could deadlock:
+ * two connections that both read a new file and both switch it to WAL. One steps back and
+ * tries again, for about the busy timeout. */
+static int exec_stepping_back(sqlite3 *db, const char *sql)
+{
+    int rc;
+    for (int i = 0; (rc = sqlite3_exec(db, sql, NULL, NULL, NULL)) == SQLITE_BUSY && i < AT_BUSY_MS / 10; i++)
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    return rc;
+}
+
+/* Ends a write transaction: COMMIT when rc is SQLITE_OK, else ROLLBACK; the failure's message
+ * is reported before the rollback can replace it. */
+static burnc_status_t end_write(at_store *s, const char *fn, int rc)
+{
+    if (rc == SQLITE_OK && (rc = sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL)) == SQLITE_OK)
+        return BURNC_OK;
+    burnc_status_t st = db_fail(s->db, fn, s->path, rc);
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return st;
+}
+
+static int pragma_int(sqlite3 *db, const char *sql, long long *v)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    rc = sqlite3_step(st);
+    *v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int quick_check(sqlite3 *db, char *why, size_t cap)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    rc = sqlite3_step(st);
+    const char *res = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
+    if (rc == SQLITE_ROW && (!res || strcmp(res, "ok") != 0)) {
+        snprintf(why, cap, "integrity check: %s", res ? res : "(no answer)");
+        rc = AT_DAMAGED;
+    } else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Keeps the text of a failure while it is SQLite's last message (a ROLLBACK would replace
+ * it), and turns the errors that mean "not a database of ours" into AT_DAMAGED. */
+static int note(sqlite3 *db, int rc, char *why, size_t cap)
+{
+    if (rc == SQLITE_OK || rc == AT_DAMAGED)
+        return rc;
+    snprintf(why, cap, "%s", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+    return rc == SQLITE_NOTADB || rc == SQLITE_CORRUPT ? AT_DAMAGED : rc;
+}
+
+/* Sets up a fresh connection and checks that the database is a store of ours, creating the
+ * schema in an empty one. Returns SQLITE_OK, an SQLite error code, or AT_DAMAGED; `why` says
+ * what failed. */
+static int db_check(at_store *s, char *why, size_t cap)
+{
+    sqlite3 *db = s->db;
+    int rc = SQLITE_OK;
+    if (!s->read_only) {
+        rc = exec_stepping_back(db, "PRAGMA journal_mode=WAL");
+        if (rc == SQLITE_OK)
+            rc = sqlite3_exec(db, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL);
+        if (rc == SQLITE_OK)
+            rc = begin_write(db); /* two processes creating the schema at once: one does */
+    }
+    long long version = 0, app = 0, objects = 0;
+    if (rc == SQLITE_OK)
+        rc = pragma_int(db, "PRAGMA user_version", &version);
+    if (rc == SQLITE_OK)
+        rc = pragma_int(db, "PRAGMA application_id", &app);
+    if (rc == SQLITE_OK)
+        rc = pragma_int(db, "SELECT count(*) FROM sqlite_master", &objects);
+    if (rc == SQLITE_OK && version == 0 && app == 0 && objects == 0) {
+        if (s->read_only) {
+            snprintf(why, cap, "an empty database");
+            rc = AT_DAMAGED;
+        } else {
+            rc = sqlite3_exec(db, schema_sql, NULL, NULL, NULL);
+        }
+    } else if (rc == SQLITE_OK && (version != AT_SCHEMA || app != AT_APP_ID)) {
+        snprintf(why, cap, "schema version %lld, application id %#llx: not a burnc autotune store of version %d",
+                 version, app, AT_SCHEMA);
+        rc = AT_DAMAGED;
+    }
+    rc = note(db, rc, why, cap);
+    if (!sqlite3_get_autocommit(db)) {
+        if (rc == SQLITE_OK)
+            rc = note(db, sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), why, cap);
+        if (rc != SQLITE_OK)
+            sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    }
+    if (rc == SQLITE_OK)
+        rc = note(db, quick_check(db, why, cap), why, cap);
+    /* Preparing the statements also checks the table's columns. */
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db,
+                                "SELECT config, set_checksum, best_ms, heuristic_ms, created FROM autotune"
+                                " WHERE fingerprint = ?1 AND family = ?2 AND key = ?3 AND set_checksum = ?4",
+                                -1, &s->get, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO autotune (" AT_COLUMNS ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
+                                -1, &s->put, NULL);
+    if (rc == SQLITE_ERROR) { /* no such table or column */
+        snprintf(why, cap, "unknown schema: %s", sqlite3_errmsg(db));
+        rc = AT_DAMAGED;
+    }
+    return note(db, rc, why, cap);
+}
+
+static void db_close(at_store *s)
+{
+    sqlite3_finalize(s->get);
+    sqlite3_finalize(s->put);
+    sqlite3_close(s->db);
+    s->get = s->put = NULL;
+    s->db = NULL;
+}
+
+/* Opens s->path into s->db and checks it; `opened` gets the file's identity. */
+static int db_open(at_store *s, bool immutable, struct stat *opened, char *why, size_t cap)
+{
+    int flags = SQLITE_OPEN_NOMUTEX | (s->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    char *uri = NULL;
+    if (immutable) {
+        if (!(uri = immutable_uri(s->path)))
+            return SQLITE_NOMEM;
+        flags |= SQLITE_OPEN_URI;
+    }
+    int rc = sqlite3_open_v2(uri ? uri : s->path, &s->db, flags, NULL);
+    free(uri);
+    if (rc == SQLITE_OK) {
+        sqlite3_busy_timeout(s->db, AT_BUSY_MS);
+        if (stat(s->path, opened) != 0)
+            memset(opened, 0, sizeof *opened);
+        rc = db_check(s, why, cap);
+    }
+    return note(s->db, rc, why, cap);
+}
+
+/* ---- Opening and closing ----------------------------------------------------------------- */
+
+static burnc_status_t open_fail(at_store *s, burnc_status_t st)
+{
+    at_store_close(s);
+    return st;
+}
+
+burnc_status_t at_store_open(const char *path, bool read_only, at_store **out)
+{
+    if (!out)
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_open: NULL out");
+    *out = NULL;
+    char why[512] = "";
+    char *dir = path ? strdup(path) : base_dir(why, sizeof why);
+    if (!dir)
+        return rt_fail(path ? BURNC_ERR_OUT_OF_MEMORY : BURNC_ERR_UNAVAILABLE, "at_store_open: %s",
+                       path ? "out of memory" : why);
+    at_store *s = calloc(1, sizeof *s);
+    if (!s || mtx_init(&s->lock, mtx_plain) != thrd_success) {
+        free(s);
+        free(dir);
+        return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "at_store_open: out of memory");
+    }
+    if (path) {
+        s->path = dir;
+        char *slash = strrchr(path, '/');
+        dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    } else {
+        s->path = path_join(dir, AT_FILE);
+    }
+    if (!s->path || !dir) {
+        free(dir);
+        return open_fail(s, rt_fail(BURNC_ERR_OUT_OF_MEMORY, "at_store_open: out of memory"));
+    }
+    if (!read_only)
+        make_dirs(dir);
+    bool dir_writable = false, trusted = dir_trusted(dir, &dir_writable, why, sizeof why);
+    free(dir);
+    if (!trusted)
+        return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE, "at_store_open: refusing the store's directory: %s", why));
+
+    struct stat st;
+    bool exists = stat(s->path, &st) == 0;
+    if (exists && !S_ISREG(st.st_mode))
+        return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE, "at_store_open: %s is not a regular file", s->path));
+    const char *ro_why = read_only                                                          ? "read-only was asked"
+                         : !dir_writable                                                    ? "its directory is not writable"
+                         : exists && !((st.st_mode & S_IWUSR) && access(s->path, W_OK) == 0) ? "the file is not writable"
+                                                                                            : NULL;
+    s->read_only = ro_why != NULL;
+    if (s->read_only && !exists)
+        return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE, "at_store_open: %s does not exist and the store is read-only (%s)",
+                                    s->path, ro_why));
+
+    /* Read-only: without a writable directory SQLite cannot create the -shm file that WAL
+     * readers share, so the file is read as immutable, unless a WAL file with content exists
+     * (immutable would ignore it); a plain read-only open that cannot start also falls back. */
+    off_t wal_size = 0;
+    bool immutable = s->read_only && !dir_writable && !(file_exists(s->path, "-wal", &wal_size) && wal_size > 0);
+    struct stat opened;
+    int rc = db_open(s, immutable, &opened, why, sizeof why);
+    if (s->read_only && !immutable && (rc == SQLITE_CANTOPEN || rc == SQLITE_READONLY)) {
+        db_close(s);
+        why[0] = '\0';
+        rc = db_open(s, true, &opened, why, sizeof why);
+    }
+    if (rc == AT_DAMAGED && s->read_only)
+        return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE, "at_store_open: %s is damaged (%s) and read-only: not used",
+                                    s->path, why));
+    if (rc == AT_DAMAGED) {
+        db_close(s);
+        char *moved = quarantine(s->path, &opened);
+        if (!moved)
+            return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE, "at_store_open: %s is damaged (%s) and cannot be moved aside: %s",
+                                        s->path, why, strerror(errno)));
+        /* Seen even with BURNC_LOG off (tuned decisions were lost), as kcache does for its
+         * refusals: through the log when it is on, else one line on stderr. */
+        if (rt_log_enabled("autotune"))
+            rt_log("autotune", "store %s is damaged (%s): moved to %s, starting empty", s->path, why, moved);
+        else
+            fprintf(stderr, "burnc: warning: autotune store %s is damaged (%s): moved to %s, starting empty\n", s->path,
+                    why, moved);
+        free(moved);
+        why[0] = '\0';
+        rc = db_open(s, false, &opened, why, sizeof why);
+        if (rc == AT_DAMAGED)
+            return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE, "at_store_open: %s is still damaged (%s)", s->path, why));
+    }
+    if (rc != SQLITE_OK)
+        return open_fail(s, rt_fail(rc == SQLITE_NOMEM ? BURNC_ERR_OUT_OF_MEMORY : BURNC_ERR_UNAVAILABLE,
+                                    "at_store_open: %s (%s)", why, s->path));
+    *out = s;
+    return BURNC_OK;
+}
+
+void at_store_close(at_store *s)
+{
+    if (!s)
+        return;
+    db_close(s);
+    mtx_destroy(&s->lock);
+    free(s->path);
+    free(s);
+}
+
+bool at_store_read_only(const at_store *s) { return !s || s->read_only; }
+
+const char *at_store_path(const at_store *s) { return s ? s->path : NULL; }
+
+/* ---- Records ----------------------------------------------------------------------------- */
+
+static void copy_text(char *dst, size_t cap, const unsigned char *src)
+{
+    snprintf(dst, cap, "%s", src ? (const char *)src : "");
+}
+
+/* Columns first.. of `st` in AT_COLUMNS order, from config on. */
+static void read_tail(sqlite3_stmt *st, int first, at_record *r)
+{
+    copy_text(r->config, sizeof r->config, sqlite3_column_text(st, first));
+    r->set_checksum = (uint64_t)sqlite3_column_int64(st, first + 1);
+    r->best_ms = sqlite3_column_double(st, first + 2);
+    r->heuristic_ms = sqlite3_column_double(st, first + 3);
+    r->created = sqlite3_column_int64(st, first + 4);
+}
+
+burnc_status_t at_store_get(at_store *s, const char *fingerprint, const char *family, const char *key,
+                            uint64_t set_checksum, at_record *out, bool *found)
+{
+    if (found)
+        *found = false;
+    if (!s || !fingerprint || !family || !key || !out || !found)
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_get: NULL argument");
+    mtx_lock(&s->lock);
+    sqlite3_bind_text(s->get, 1, fingerprint, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s->get, 2, family, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s->get, 3, key, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s->get, 4, (sqlite3_int64)set_checksum);
+    int rc = sqlite3_step(s->get);
+    if (rc == SQLITE_ROW) {
+        memset(out, 0, sizeof *out);
+        copy_text(out->fingerprint, sizeof out->fingerprint, (const unsigned char *)fingerprint);
+        copy_text(out->family, sizeof out->family, (const unsigned char *)family);
+        copy_text(out->key, sizeof out->key, (const unsigned char *)key);
+        read_tail(s->get, 0, out);
+        *found = true;
+    }
+    burnc_status_t st = rc == SQLITE_ROW || rc == SQLITE_DONE ? BURNC_OK : db_fail(s->db, "at_store_get", s->path, rc);
+    sqlite3_reset(s->get);
+    sqlite3_clear_bindings(s->get);
+    mtx_unlock(&s->lock);
+    return st;
+}
+
+/* A record put can store: terminated strings (they come in fixed arrays) and finite times,
+ * which SQLite keeps exactly (a NaN would come back as NULL, then 0). */
+static bool record_valid(const at_record *r, char *why, size_t cap)
+{
+    const char *bad = strnlen(r->fingerprint, sizeof r->fingerprint) == sizeof r->fingerprint ? "fingerprint"
+                      : strnlen(r->family, sizeof r->family) == sizeof r->family               ? "family"
+                      : strnlen(r->key, sizeof r->key) == sizeof r->key                        ? "key"
+                      : strnlen(r->config, sizeof r->config) == sizeof r->config               ? "config"
+                                                                                               : NULL;
+    if (bad)
+        snprintf(why, cap, "the %s is not NUL-terminated", bad);
+    else if (!isfinite(r->best_ms) || !isfinite(r->heuristic_ms))
+        snprintf(why, cap, "times must be finite (best_ms %g, heuristic_ms %g)", r->best_ms, r->heuristic_ms);
+    return !bad && isfinite(r->best_ms) && isfinite(r->heuristic_ms);
+}
+
+/* One INSERT OR REPLACE inside the caller's transaction. */
+static int put_one(at_store *s, const at_record *r)
+{
+    sqlite3_stmt *st = s->put;
+    sqlite3_bind_text(st, 1, r->fingerprint, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, r->family, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, r->key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, r->config, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)r->set_checksum);
+    sqlite3_bind_double(st, 6, r->best_ms);
+    sqlite3_bind_double(st, 7, r->heuristic_ms);
+    sqlite3_bind_int64(st, 8, r->created);
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static burnc_status_t refuse_read_only(const at_store *s, const char *fn)
+{
+    return rt_fail(BURNC_ERR_UNAVAILABLE, "%s: the store %s is read-only", fn, s->path);
+}
+
+burnc_status_t at_store_put(at_store *s, const at_record *r)
+{
+    char why[128];
+    if (!s || !r)
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_put: NULL argument");
+    if (s->read_only)
+        return refuse_read_only(s, "at_store_put");
+    if (!record_valid(r, why, sizeof why))
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_put: %s", why);
+    mtx_lock(&s->lock);
+    int rc = begin_write(s->db);
+    burnc_status_t st = rc == SQLITE_OK ? end_write(s, "at_store_put", put_one(s, r)) : db_fail(s->db, "at_store_put", s->path, rc);
+    mtx_unlock(&s->lock);
+    return st;
+}
+
+/* Prepares a SELECT of whole records of `fingerprint` (NULL: all) in foreach's order. */
+static int select_records(at_store *s, const char *fingerprint, sqlite3_stmt **st)
+{
+    const char *sql = fingerprint ? "SELECT " AT_COLUMNS " FROM autotune WHERE fingerprint = ?1 ORDER BY family, key"
+                                  : "SELECT " AT_COLUMNS " FROM autotune ORDER BY family, key, fingerprint";
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
+    if (rc == SQLITE_OK && fingerprint)
+        sqlite3_bind_text(*st, 1, fingerprint, -1, SQLITE_STATIC);
+    return rc;
+}
+
+static void read_record(sqlite3_stmt *st, at_record *r)
+{
+    memset(r, 0, sizeof *r);
+    copy_text(r->fingerprint, sizeof r->fingerprint, sqlite3_column_text(st, 0));
+    copy_text(r->family, sizeof r->family, sqlite3_column_text(st, 1));
+    copy_text(r->key, sizeof r->key, sqlite3_column_text(st, 2));
+    read_tail(st, 3, r);
+}
+
+/* The records are copied out before fn runs, so that fn runs without the lock and may call
+ * the store itself (a store holds one decision per tuned kernel: few records). */
+burnc_status_t at_store_foreach(at_store *s, const char *fingerprint, int (*fn)(void *user, const at_record *r),
+                                void *user, int *n)
+{
+    if (n)
+        *n = 0;
+    if (!s || !fn)
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_foreach: NULL argument");
+    at_record *recs = NULL;
+    size_t count = 0, cap = 0;
+    burnc_status_t status = BURNC_OK;
+    sqlite3_stmt *st = NULL;
+    mtx_lock(&s->lock);
+    int rc = select_records(s, fingerprint, &st);
+    while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (count == cap) {
+            at_record *grown = realloc(recs, (cap = cap ? 2 * cap : 16) * sizeof *recs);
+            if (!grown) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            recs = grown;
+        }
+        read_record(st, &recs[count++]);
+        rc = SQLITE_OK;
+    }
+    if (rc != SQLITE_DONE)
+        status = db_fail(s->db, "at_store_foreach", s->path, rc);
+    sqlite3_finalize(st);
+    mtx_unlock(&s->lock);
+    for (size_t i = 0; status == BURNC_OK && i < count; i++) {
+        if (n)
+            (*n)++;
+        if (fn(user, &recs[i]) != 0)
+            break;
+    }
+    free(recs);
+    return status;
+}
+
+burnc_status_t at_store_clear(at_store *s, const char *fingerprint, int *n)
+{
+    if (n)
+        *n = 0;
+    if (!s)
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_clear: NULL store");
+    if (s->read_only)
+        return refuse_read_only(s, "at_store_clear");
+    mtx_lock(&s->lock);
+    int rc = begin_write(s->db);
+    if (rc != SQLITE_OK) {
+        burnc_status_t st = db_fail(s->db, "at_store_clear", s->path, rc);
+        mtx_unlock(&s->lock);
+        return st;
+    }
+    sqlite3_stmt *st = NULL;
+    rc = sqlite3_prepare_v2(s->db, fingerprint ? "DELETE FROM autotune WHERE fingerprint = ?1" : "DELETE FROM autotune",
+                            -1, &st, NULL);
+    if (rc == SQLITE_OK && fingerprint)
+        sqlite3_bind_text(st, 1, fingerprint, -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_DONE)
+        rc = SQLITE_OK;
+    if (rc == SQLITE_OK && n)
+        *n = sqlite3_changes(s->db);
+    sqlite3_finalize(st);
+    burnc_status_t status = end_write(s, "at_store_clear", rc);
+    mtx_unlock(&s->lock);
+    if (status != BURNC_OK && n)
+        *n = 0;
+    return status;
+}
+
+/* ---- Export and import ------------------------------------------------------------------- */
+
+static void put_escaped(FILE *f, const char *text)
+{
+    for (const char *c = text; *c; c++) {
+        if (*c == '\\' || *c == '\t' || *c == '\n') {
+            fputc('\\', f);
+            fputc(*c == '\t' ? 't' : *c == '\n' ? 'n' : '\\', f);
+        } else {
+            fputc(*c, f);
+        }
+    }
+}
+
+burnc_status_t at_store_export(at_store *s, const char *fingerprint, const char *file, int *n)
+{
+    if (n)
+        *n = 0;
+    if (!s || !fingerprint || !file)
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_export: NULL argument");
+    FILE *f = fopen(file, "w");
+    if (!f)
+        return rt_fail(BURNC_ERR_EXECUTION, "at_store_export: cannot write %s: %s", file, strerror(errno));
+    fprintf(f, AT_FORMAT " %d\t", AT_FORMAT_VERSION);
+    put_escaped(f, fingerprint);
+    fputc('\n', f);
+    mtx_lock(&s->lock);
+    sqlite3_stmt *st = NULL;
+    int rc = select_records(s, fingerprint, &st), count = 0;
+    at_record r;
+    while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        read_record(st, &r);
+        const char *text[3] = {r.family, r.key, r.config};
+        for (int i = 0; i < 3; i++) {
+            put_escaped(f, text[i]);
+            fputc('\t', f);
+        }
+        /* %.17g reads back to the same double. */
+        fprintf(f, "%016llx\t%.17g\t%.17g\t%lld\n", (unsigned long long)r.set_checksum, r.best_ms, r.heuristic_ms,
+                (long long)r.created);
+        count++;
+        rc = SQLITE_OK;
+    }
+    burnc_status_t status = rc == SQLITE_DONE ? BURNC_OK : db_fail(s->db, "at_store_export", s->path, rc);
+    sqlite3_finalize(st);
+    mtx_unlock(&s->lock);
+    bool io_error = ferror(f) != 0;
+    if (fclose(f) != 0 || io_error) {
+        if (status == BURNC_OK)
+            status = rt_fail(BURNC_ERR_EXECUTION, "at_store_export: cannot write %s: %s", file, strerror(errno));
+    }
+    if (status == BURNC_OK && n)
+        *n = count;
+    return status;
+}
+
+/* Undoes put_escaped in place; false on an escape it does not write. */
+static bool unescape(char *text)
+{
+    char *w = text;
+    for (const char *c = text; *c; c++) {
+        if (*c != '\\') {
+            *w++ = *c;
+            continue;
+        }
+        c++;
+        if (*c != '\\' && *c != 't' && *c != 'n')
+            return false;
+        *w++ = *c == 't' ? '\t' : *c == 'n' ? '\n' : '\\';
+    }
+    *w = '\0';
+    return true;
+}
+
+/* Splits line at tabs into at most max fields; returns how many there are. */
+static int split(char *line, char **fields, int max)
+{
+    int k = 0;
+    for (char *p = line;; p++) {
+        if (k < max)
+            fields[k] = p;
+        k++;
+        if (!(p = strchr(p, '\t')))
+            return k;
+        *p = '\0';
+    }
+}
+
+static bool text_field(char *dst, size_t cap, char *src)
+{
+    return unescape(src) && strlen(src) < cap && (memcpy(dst, src, strlen(src) + 1), true);
+}
+
+/* One record line into r; a reason when it is malformed. */
+static const char *parse_record(char *line, at_record *r)
+{
+    char *f[7], *end;
+    if (split(line, f, 7) != 7)
+        return "expected 7 tab-separated fields";
+    if (!text_field(r->family, sizeof r->family, f[0]))
+        return "bad family (an unknown escape, or longer than 63 bytes)";
+    if (!text_field(r->key, sizeof r->key, f[1]))
+        return "bad key (an unknown escape, or longer than 511 bytes)";
+    if (!text_field(r->config, sizeof r->config, f[2]))
+        return "bad config (an unknown escape, or longer than 127 bytes)";
+    if (strlen(f[3]) != 16 || strspn(f[3], "0123456789abcdefABCDEF") != 16)
+        return "bad set checksum (expected 16 hex digits)";
+    r->set_checksum = strtoull(f[3], NULL, 16);
+    r->best_ms = strtod(f[4], &end);
+    if (end == f[4] || *end || !isfinite(r->best_ms))
+        return "bad best time (expected a finite number)";
+    r->heuristic_ms = strtod(f[5], &end);
+    if (end == f[5] || *end || !isfinite(r->heuristic_ms))
+        return "bad heuristic time (expected a finite number)";
+    errno = 0;
+    long long created = strtoll(f[6], &end, 10);
+    if (end == f[6] || *end || errno)
+        return "bad creation time (expected an integer)";
+    r->created = created;
+    return NULL;
+}
+
+/* Reads the whole file into recs (all-or-nothing: the store is touched only after this).
+ * Sets the error and returns its status on failure. */
+static burnc_status_t read_export(FILE *f, const char *file, const char *fingerprint, bool force, at_record **recs,
+                                  size_t *count)
+{
+    char *line = NULL;
+    size_t line_cap = 0, cap = 0;
+    burnc_status_t st = BURNC_OK;
+    const char *bad = NULL;
+    int no = 0;
+    ssize_t len;
+    while (st == BURNC_OK && !bad && (len = getline(&line, &line_cap, f)) >= 0) {
+        no++;
+        if (len > 0 && line[len - 1] == '\n')
+            line[--len] = '\0';
+        if ((size_t)len != strlen(line)) {
+            bad = "a NUL byte";
+        } else if (no == 1) {
+            char *fields[2], file_fp[AT_TEXT_MAX];
+            int version = 0, used = 0;
+            if (split(line, fields, 2) != 2 || sscanf(fields[0], AT_FORMAT " %d%n", &version, &used) != 1 ||
+                fields[0][used] != '\0')
+                bad = "not a burnc autotune export (expected '" AT_FORMAT " 1<TAB>fingerprint')";
+            else if (version != AT_FORMAT_VERSION)
+                bad = "an export format this burnc does not read (expected version 1)";
+            else if (!text_field(file_fp, sizeof file_fp, fields[1]))
+                bad = "bad fingerprint (an unknown escape, or too long)";
+            else if (strcmp(file_fp, fingerprint) != 0 && !force)
+                st = rt_fail(BURNC_ERR_INVALID_ARGUMENT,
+                             "at_store_import: %s was made on fingerprint '%s', not on this one, '%s' (force imports it anyway)",
+                             file, file_fp, fingerprint);
+        } else {
+            if (*count == cap) {
+                at_record *grown = realloc(*recs, (cap = cap ? 2 * cap : 64) * sizeof **recs);
+                if (!grown) {
+                    st = rt_fail(BURNC_ERR_OUT_OF_MEMORY, "at_store_import: out of memory");
+                    break;
+                }
+                *recs = grown;
+            }
+            at_record *r = &(*recs)[*count];
+            memset(r, 0, sizeof *r);
+            snprintf(r->fingerprint, sizeof r->fingerprint, "%s", fingerprint);
+            if (!(bad = parse_record(line, r)))
+                (*count)++;
+        }
+    }
+    if (st == BURNC_OK && !bad && ferror(f))
+        st = rt_fail(BURNC_ERR_EXECUTION, "at_store_import: cannot read %s: %s", file, strerror(errno));
+    if (st == BURNC_OK && !bad && no == 0)
+        bad = "an empty file", no = 1;
+    if (st == BURNC_OK && bad)
+        st = rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_import: %s:%d: %s; nothing imported", file, no, bad);
+    free(line);
+    return st;
+}
+
+burnc_status_t at_store_import(at_store *s, const char *fingerprint, const char *file, bool force, int *n)
+{
+    if (n)
+        *n = 0;
+    if (!s || !fingerprint || !file)
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_import: NULL argument");
+    if (strlen(fingerprint) >= AT_TEXT_MAX)
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_import: the fingerprint is longer than %d bytes",
+                       AT_TEXT_MAX - 1);
+    if (s->read_only)
+        return refuse_read_only(s, "at_store_import");
+    FILE *f = fopen(file, "r");
+    if (!f)
+        return rt_fail(BURNC_ERR_EXECUTION, "at_store_import: cannot read %s: %s", file, strerror(errno));
+    at_record *recs = NULL;
+    size_t count = 0;
+    burnc_status_t st = read_export(f, file, fingerprint, force, &recs, &count);
+    fclose(f);
+    if (st == BURNC_OK) {
+        mtx_lock(&s->lock);
+        int rc = begin_write(s->db);
+        if (rc != SQLITE_OK) {
+            st = db_fail(s->db, "at_store_import", s->path, rc);
+        } else {
+            for (size_t i = 0; i < count && rc == SQLITE_OK; i++)
+                rc = put_one(s, &recs[i]);
+            st = end_write(s, "at_store_import", rc);
+        }
+        mtx_unlock(&s->lock);
+    }
+    free(recs);
+    if (st == BURNC_OK && n)
+        *n = (int)count;
+    return st;
+}
