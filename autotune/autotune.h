@@ -80,6 +80,9 @@ typedef struct at_outcome {
 int at_decide(const at_query *q, at_time_fn time, void *user, at_outcome *out);
 /* Forgets the decisions remembered in memory (the store keeps its own). */
 void at_forget(void);
+/* Calls fn for every decision at_decide makes that is not answered from memory (NULL: none);
+ * burnc-tune lists what it tuned with it. One observer per process. */
+void at_set_observer(void (*fn)(void *user, const at_query *q, const at_outcome *o), void *user);
 
 /* The process's store, opened on first use (NULL with the last error set when it cannot be;
  * never opened in mode off by at_decide). */

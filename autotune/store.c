@@ -1,8 +1,8 @@
 /* The autotune store: see store.h.
  *
- * One SQLite connection per store, serialized by the store's own lock: a connection has one
- * transaction at a time, so a thread's BEGIN ... COMMIT must not interleave with another
- * thread's statements. Processes (and separate stores) meet in SQLite's WAL locking. */
+ * One SQLite connection per store, serialized by the store's lock: a connection holds one
+ * transaction at a time, so one thread's BEGIN ... COMMIT must not interleave with another
+ * thread's statements. Processes, and several stores on one file, meet in SQLite's WAL locks. */
 #define _GNU_SOURCE
 #include "store.h"
 
@@ -21,18 +21,17 @@
 #include "rt.h"
 
 enum {
-    AT_SCHEMA = 1,           /* PRAGMA user_version of the table below */
-    AT_APP_ID = 0x4275544e,  /* PRAGMA application_id: "BuTN", marks the file as ours */
-    AT_BUSY_MS = 5000,       /* how long one statement waits for another process's lock */
-    AT_BUSY_TRIES = 3,       /* BEGIN IMMEDIATE attempts, each after a full busy wait */
-    AT_DAMAGED = -1,         /* db_check: the database is not a usable store */
+    AT_SCHEMA = 1,          /* PRAGMA user_version */
+    AT_APP_ID = 0x4275544e, /* PRAGMA application_id ("BuTN"): the file is ours */
+    AT_BUSY_MS = 5000,      /* how long a statement waits for another connection's lock */
+    AT_BUSY_TRIES = 3,      /* BEGIN IMMEDIATE attempts, each after a full wait */
+    AT_DAMAGED = -1,        /* not an SQLite code: the database is not a usable store */
 };
 #define AT_FILE "autotune.sqlite"
 #define AT_FORMAT "burnc-autotune"
-#define AT_FORMAT_VERSION 1
 #define AT_COLUMNS "fingerprint, family, key, config, set_checksum, best_ms, heuristic_ms, created"
 
-/* WITHOUT ROWID: the primary key is the only way records are looked up. */
+/* WITHOUT ROWID: records are only ever found by their primary key. */
 static const char schema_sql[] =
     "CREATE TABLE autotune (fingerprint TEXT NOT NULL, family TEXT NOT NULL, key TEXT NOT NULL,"
     " config TEXT NOT NULL, set_checksum INTEGER NOT NULL, best_ms REAL NOT NULL,"
@@ -53,15 +52,12 @@ struct at_store {
 
 static char *path_join(const char *a, const char *b)
 {
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *p = malloc(n);
-    if (p)
-        snprintf(p, n, "%s/%s", a, b);
-    return p;
+    char *p = NULL;
+    return asprintf(&p, "%s/%s", a, b) < 0 ? NULL : p;
 }
 
-/* The cache directory, by the kernel cache's rule (codegen/kcache.c), malloc'ed; NULL with
- * a reason when no variable names one. */
+/* The cache directory by the kernel cache's rule (codegen/kcache.c), malloc'ed; NULL with a
+ * reason when nothing names one. */
 static char *base_dir(char *why, size_t cap)
 {
     const char *env = getenv("BURNC_CACHE_DIR");
@@ -82,8 +78,14 @@ static char *base_dir(char *why, size_t cap)
     return path_join(home, ".cache/burnc");
 }
 
-/* mkdir -p; levels it creates get mode 0700, existing ones are left alone. Failures show
- * up in the trust check that follows. */
+static char *parent_dir(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+}
+
+/* mkdir -p; the levels it creates get mode 0700, existing ones are left alone. A failure
+ * shows in the trust check that follows. */
 static void make_dirs(char *path)
 {
     for (char *s = path + 1;; s++) {
@@ -104,58 +106,34 @@ static void make_dirs(char *path)
 static bool dir_trusted(const char *dir, bool *writable, char *why, size_t cap)
 {
     struct stat st;
-    if (stat(dir, &st) != 0) {
+    if (stat(dir, &st) != 0)
         snprintf(why, cap, "%s: %s", dir, strerror(errno));
-        return false;
-    }
-    if (!S_ISDIR(st.st_mode)) {
+    else if (!S_ISDIR(st.st_mode))
         snprintf(why, cap, "%s is not a directory", dir);
-        return false;
-    }
-    if (st.st_uid != geteuid()) {
+    else if (st.st_uid != geteuid())
         snprintf(why, cap, "%s belongs to uid %u, not to this user (uid %u)", dir, (unsigned)st.st_uid,
                  (unsigned)geteuid());
-        return false;
-    }
-    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    else if (st.st_mode & (S_IWGRP | S_IWOTH))
         snprintf(why, cap, "%s has mode %04o: group or others may write it (chmod 700 it)", dir,
                  (unsigned)(st.st_mode & 07777));
-        return false;
-    }
-    *writable = (st.st_mode & S_IWUSR) && access(dir, W_OK) == 0;
-    return true;
+    else
+        return *writable = (st.st_mode & S_IWUSR) && access(dir, W_OK) == 0, true;
+    return false;
 }
 
-static bool file_exists(const char *path, const char *suffix, off_t *size)
-{
-    char *name = NULL;
-    struct stat st;
-    bool found = asprintf(&name, "%s%s", path, suffix) >= 0 && stat(name, &st) == 0;
-    free(name);
-    if (found && size)
-        *size = st.st_size;
-    return found;
-}
-
-/* Moves a damaged database and its WAL companions to <path>.damaged-<unix time> (kept for a
- * post-mortem); returns the new name (malloc'ed), or NULL with errno. `opened` is the file
- * this process found damaged: when another process has already replaced it, there is nothing
- * to move (a race in the window between this check and the rename can still move a fresh
- * store aside; that only costs a retune). */
+/* Moves a damaged database and its WAL files to <path>.damaged-<unix time>, kept for a
+ * post-mortem; returns the new name (malloc'ed), or NULL with errno. `opened` is the file this
+ * process found damaged: when another process has replaced it already, nothing is moved. (A
+ * race between this check and the rename can still move a fresh store aside: that only costs
+ * a retune.) */
 static char *quarantine(const char *path, const struct stat *opened)
 {
     struct stat now;
     if (stat(path, &now) != 0 || now.st_ino != opened->st_ino || now.st_dev != opened->st_dev)
         return strdup("(moved by another process)");
-    long long t = (long long)time(NULL);
     char *moved = NULL;
-    for (int k = 0; k < 100; k++) { /* never over an earlier damaged copy */
-        free(moved);
-        if ((k ? asprintf(&moved, "%s.damaged-%lld.%d", path, t, k) : asprintf(&moved, "%s.damaged-%lld", path, t)) < 0)
-            return NULL;
-        if (!file_exists(moved, "", NULL))
-            break;
-    }
+    if (asprintf(&moved, "%s.damaged-%lld", path, (long long)time(NULL)) < 0)
+        return NULL;
     if (rename(path, moved) != 0) {
         free(moved);
         return NULL;
@@ -171,8 +149,7 @@ static char *quarantine(const char *path, const struct stat *opened)
     return moved;
 }
 
-/* file:<path>?immutable=1, for a read-only WAL database whose directory cannot take the -shm
- * file: SQLite then reads the file without any locking. */
+/* file:<path>?immutable=1 with the path percent-encoded, as SQLite's URI names want. */
 static char *immutable_uri(const char *path)
 {
     char *u = malloc(3 * strlen(path) + 32);
@@ -190,16 +167,16 @@ static char *immutable_uri(const char *path)
 
 /* ---- SQLite helpers ---------------------------------------------------------------------- */
 
-static burnc_status_t db_fail(sqlite3 *db, const char *fn, const char *path, int rc)
+static burnc_status_t db_fail(const at_store *s, const char *fn, int rc)
 {
     if (rc == SQLITE_NOMEM)
-        return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: out of memory in SQLite", fn);
-    return rt_fail(BURNC_ERR_UNAVAILABLE, "%s: %s (%s)", fn, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc), path);
+        return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: out of memory in SQLite (%s)", fn, s->path);
+    return rt_fail(BURNC_ERR_UNAVAILABLE, "%s: %s (%s)", fn, sqlite3_errmsg(s->db), s->path);
 }
 
-/* BEGIN IMMEDIATE takes the write lock up front: a transaction that starts as a reader and
- * upgrades later can fail with SQLITE_BUSY without waiting when another process committed
- * in between, and would then lose its write. */
+/* BEGIN IMMEDIATE takes the write lock up front: a transaction that reads first and upgrades
+ * later gets SQLITE_BUSY without waiting when another process committed in between, and its
+ * write would be lost. */
 static int begin_write(sqlite3 *db)
 {
     int rc = SQLITE_BUSY;
@@ -208,8 +185,19 @@ static int begin_write(sqlite3 *db)
     return rc;
 }
 
-/* SQLite answers SQLITE_BUSY at once, without the busy handler, where waiting could deadlock:
- * two connections that both read a new file and both switch it to WAL. One steps back and
+/* COMMIT when rc is SQLITE_OK, else ROLLBACK, with the failure reported before the rollback
+ * can replace SQLite's message. */
+static burnc_status_t end_write(at_store *s, const char *fn, int rc)
+{
+    if (rc == SQLITE_OK && (rc = sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL)) == SQLITE_OK)
+        return BURNC_OK;
+    burnc_status_t st = db_fail(s, fn, rc);
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return st;
+}
+
+/* SQLite answers SQLITE_BUSY at once, without the busy handler, where waiting could deadlock,
+ * as when two connections that both read a new file both switch it to WAL: one steps back and
  * tries again, for about the busy timeout. */
 static int exec_stepping_back(sqlite3 *db, const char *sql)
 {
@@ -219,89 +207,56 @@ static int exec_stepping_back(sqlite3 *db, const char *sql)
     return rc;
 }
 
-/* Ends a write transaction: COMMIT when rc is SQLITE_OK, else ROLLBACK; the failure's message
- * is reported before the rollback can replace it. */
-static burnc_status_t end_write(at_store *s, const char *fn, int rc)
-{
-    if (rc == SQLITE_OK && (rc = sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL)) == SQLITE_OK)
-        return BURNC_OK;
-    burnc_status_t st = db_fail(s->db, fn, s->path, rc);
-    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    return st;
-}
-
-static int pragma_int(sqlite3 *db, const char *sql, long long *v)
+/* The first column of the first row of sql as text ("" without one). */
+static int query_text(sqlite3 *db, const char *sql, char *out, size_t cap)
 {
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
     if (rc != SQLITE_OK)
         return rc;
     rc = sqlite3_step(st);
-    *v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+    const unsigned char *text = rc == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+    snprintf(out, cap, "%s", text ? (const char *)text : "");
     sqlite3_finalize(st);
-    return rc;
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-static int quick_check(sqlite3 *db, char *why, size_t cap)
-{
-    sqlite3_stmt *st;
-    int rc = sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &st, NULL);
-    if (rc != SQLITE_OK)
-        return rc;
-    rc = sqlite3_step(st);
-    const char *res = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
-    if (rc == SQLITE_ROW && (!res || strcmp(res, "ok") != 0)) {
-        snprintf(why, cap, "integrity check: %s", res ? res : "(no answer)");
-        rc = AT_DAMAGED;
-    } else if (rc == SQLITE_ROW || rc == SQLITE_DONE) {
-        rc = SQLITE_OK;
-    }
-    sqlite3_finalize(st);
-    return rc;
-}
-
-/* Keeps the text of a failure while it is SQLite's last message (a ROLLBACK would replace
- * it), and turns the errors that mean "not a database of ours" into AT_DAMAGED. */
+/* Keeps the text of the first failure while it is SQLite's last message (a ROLLBACK replaces
+ * it), and turns the errors that mean "this file is not a database" into AT_DAMAGED. */
 static int note(sqlite3 *db, int rc, char *why, size_t cap)
 {
     if (rc == SQLITE_OK || rc == AT_DAMAGED)
         return rc;
-    snprintf(why, cap, "%s", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+    if (!why[0])
+        snprintf(why, cap, "%s", db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
     return rc == SQLITE_NOTADB || rc == SQLITE_CORRUPT ? AT_DAMAGED : rc;
 }
 
-/* Sets up a fresh connection and checks that the database is a store of ours, creating the
- * schema in an empty one. Returns SQLITE_OK, an SQLite error code, or AT_DAMAGED; `why` says
- * what failed. */
+/* Sets up a new connection and checks that the database is a store of ours, creating the
+ * schema in an empty one. SQLITE_OK, an SQLite error or AT_DAMAGED, with `why`. */
 static int db_check(at_store *s, char *why, size_t cap)
 {
     sqlite3 *db = s->db;
+    char version[32] = "", app[32] = "", objects[32] = "", check[256] = "";
     int rc = SQLITE_OK;
     if (!s->read_only) {
         rc = exec_stepping_back(db, "PRAGMA journal_mode=WAL");
         if (rc == SQLITE_OK)
             rc = sqlite3_exec(db, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL);
         if (rc == SQLITE_OK)
-            rc = begin_write(db); /* two processes creating the schema at once: one does */
+            rc = begin_write(db); /* of two processes creating the schema, one does */
     }
-    long long version = 0, app = 0, objects = 0;
     if (rc == SQLITE_OK)
-        rc = pragma_int(db, "PRAGMA user_version", &version);
+        rc = query_text(db, "PRAGMA user_version", version, sizeof version);
     if (rc == SQLITE_OK)
-        rc = pragma_int(db, "PRAGMA application_id", &app);
+        rc = query_text(db, "PRAGMA application_id", app, sizeof app);
     if (rc == SQLITE_OK)
-        rc = pragma_int(db, "SELECT count(*) FROM sqlite_master", &objects);
-    if (rc == SQLITE_OK && version == 0 && app == 0 && objects == 0) {
-        if (s->read_only) {
-            snprintf(why, cap, "an empty database");
-            rc = AT_DAMAGED;
-        } else {
-            rc = sqlite3_exec(db, schema_sql, NULL, NULL, NULL);
-        }
-    } else if (rc == SQLITE_OK && (version != AT_SCHEMA || app != AT_APP_ID)) {
-        snprintf(why, cap, "schema version %lld, application id %#llx: not a burnc autotune store of version %d",
-                 version, app, AT_SCHEMA);
+        rc = query_text(db, "SELECT count(*) FROM sqlite_master", objects, sizeof objects);
+    bool empty = !strcmp(version, "0") && !strcmp(app, "0") && !strcmp(objects, "0");
+    if (rc == SQLITE_OK && empty && !s->read_only) {
+        rc = sqlite3_exec(db, schema_sql, NULL, NULL, NULL);
+    } else if (rc == SQLITE_OK && (empty || atoll(version) != AT_SCHEMA || atoll(app) != AT_APP_ID)) {
+        snprintf(why, cap, "schema version %s, application id %s: not a burnc autotune store", version, app);
         rc = AT_DAMAGED;
     }
     rc = note(db, rc, why, cap);
@@ -312,21 +267,46 @@ static int db_check(at_store *s, char *why, size_t cap)
             sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
     }
     if (rc == SQLITE_OK)
-        rc = note(db, quick_check(db, why, cap), why, cap);
-    /* Preparing the statements also checks the table's columns. */
-    if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(db,
-                                "SELECT config, set_checksum, best_ms, heuristic_ms, created FROM autotune"
-                                " WHERE fingerprint = ?1 AND family = ?2 AND key = ?3 AND set_checksum = ?4",
-                                -1, &s->get, NULL);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO autotune (" AT_COLUMNS ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
-                                -1, &s->put, NULL);
-    if (rc == SQLITE_ERROR) { /* no such table or column */
-        snprintf(why, cap, "unknown schema: %s", sqlite3_errmsg(db));
+        rc = note(db, query_text(db, "PRAGMA quick_check(1)", check, sizeof check), why, cap);
+    if (rc == SQLITE_OK && strcmp(check, "ok") != 0) {
+        snprintf(why, cap, "integrity check: %s", check);
         rc = AT_DAMAGED;
     }
+    /* Preparing the statements also checks the table's columns. */
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_prepare_v2(db,
+                                "SELECT " AT_COLUMNS " FROM autotune"
+                                " WHERE fingerprint = ?1 AND family = ?2 AND key = ?3 AND set_checksum = ?4",
+                                -1, &s->get, NULL);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO autotune (" AT_COLUMNS ") VALUES (?,?,?,?,?,?,?,?)", -1,
+                                    &s->put, NULL);
+        if (rc == SQLITE_ERROR) { /* no such table or column */
+            snprintf(why, cap, "unknown schema: %s", sqlite3_errmsg(db));
+            rc = AT_DAMAGED;
+        }
+    }
     return note(db, rc, why, cap);
+}
+
+/* Connects to s->path and checks it; `opened` gets the file's identity for quarantine. */
+static int db_open(at_store *s, bool immutable, struct stat *opened, char *why, size_t cap)
+{
+    why[0] = '\0';
+    int flags = SQLITE_OPEN_NOMUTEX; /* the store's lock serializes */
+    flags |= s->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    char *uri = immutable ? immutable_uri(s->path) : NULL;
+    if (immutable && !uri)
+        return SQLITE_NOMEM;
+    int rc = sqlite3_open_v2(uri ? uri : s->path, &s->db, flags | (uri ? SQLITE_OPEN_URI : 0), NULL);
+    free(uri);
+    if (rc == SQLITE_OK) {
+        sqlite3_busy_timeout(s->db, AT_BUSY_MS);
+        if (stat(s->path, opened) != 0)
+            memset(opened, 0, sizeof *opened);
+        rc = db_check(s, why, cap);
+    }
+    return note(s->db, rc, why, cap);
 }
 
 static void db_close(at_store *s)
@@ -336,27 +316,6 @@ static void db_close(at_store *s)
     sqlite3_close(s->db);
     s->get = s->put = NULL;
     s->db = NULL;
-}
-
-/* Opens s->path into s->db and checks it; `opened` gets the file's identity. */
-static int db_open(at_store *s, bool immutable, struct stat *opened, char *why, size_t cap)
-{
-    int flags = SQLITE_OPEN_NOMUTEX | (s->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-    char *uri = NULL;
-    if (immutable) {
-        if (!(uri = immutable_uri(s->path)))
-            return SQLITE_NOMEM;
-        flags |= SQLITE_OPEN_URI;
-    }
-    int rc = sqlite3_open_v2(uri ? uri : s->path, &s->db, flags, NULL);
-    free(uri);
-    if (rc == SQLITE_OK) {
-        sqlite3_busy_timeout(s->db, AT_BUSY_MS);
-        if (stat(s->path, opened) != 0)
-            memset(opened, 0, sizeof *opened);
-        rc = db_check(s, why, cap);
-    }
-    return note(s->db, rc, why, cap);
 }
 
 /* ---- Opening and closing ----------------------------------------------------------------- */
@@ -369,85 +328,67 @@ static burnc_status_t open_fail(at_store *s, burnc_status_t st)
 
 burnc_status_t at_store_open(const char *path, bool read_only, at_store **out)
 {
-    if (!out)
-        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_open: NULL out");
+    if (!out || (path && !*path))
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_open: %s", out ? "empty path" : "NULL out");
     *out = NULL;
-    char why[512] = "";
-    char *dir = path ? strdup(path) : base_dir(why, sizeof why);
-    if (!dir)
-        return rt_fail(path ? BURNC_ERR_OUT_OF_MEMORY : BURNC_ERR_UNAVAILABLE, "at_store_open: %s",
-                       path ? "out of memory" : why);
     at_store *s = calloc(1, sizeof *s);
     if (!s || mtx_init(&s->lock, mtx_plain) != thrd_success) {
         free(s);
-        free(dir);
         return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "at_store_open: out of memory");
     }
-    if (path) {
-        s->path = dir;
-        char *slash = strrchr(path, '/');
-        dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    } else {
-        s->path = path_join(dir, AT_FILE);
-    }
-    if (!s->path || !dir) {
+    char why[512] = "";
+    char *dir = path ? parent_dir(path) : base_dir(why, sizeof why);
+    s->path = !dir ? NULL : path ? strdup(path) : path_join(dir, AT_FILE);
+    if (!s->path) {
+        bool oom = dir || path;
         free(dir);
-        return open_fail(s, rt_fail(BURNC_ERR_OUT_OF_MEMORY, "at_store_open: out of memory"));
+        return open_fail(s, rt_fail(oom ? BURNC_ERR_OUT_OF_MEMORY : BURNC_ERR_UNAVAILABLE, "at_store_open: %s",
+                                    oom ? "out of memory" : why));
     }
     if (!read_only)
         make_dirs(dir);
     bool dir_writable = false, trusted = dir_trusted(dir, &dir_writable, why, sizeof why);
     free(dir);
     if (!trusted)
-        return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE, "at_store_open: refusing the store's directory: %s", why));
+        return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE, "at_store_open: cannot use the store's directory: %s", why));
 
     struct stat st;
     bool exists = stat(s->path, &st) == 0;
     if (exists && !S_ISREG(st.st_mode))
         return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE, "at_store_open: %s is not a regular file", s->path));
-    const char *ro_why = read_only                                                          ? "read-only was asked"
-                         : !dir_writable                                                    ? "its directory is not writable"
-                         : exists && !((st.st_mode & S_IWUSR) && access(s->path, W_OK) == 0) ? "the file is not writable"
-                                                                                            : NULL;
-    s->read_only = ro_why != NULL;
+    /* By the mode bit, as for the directory. */
+    bool file_writable = !exists || ((st.st_mode & S_IWUSR) && access(s->path, W_OK) == 0);
+    s->read_only = read_only || !dir_writable || !file_writable;
     if (s->read_only && !exists)
-        return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE, "at_store_open: %s does not exist and the store is read-only (%s)",
-                                    s->path, ro_why));
+        return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE,
+                                    "at_store_open: %s does not exist and the store is read-only (%s)", s->path,
+                                    read_only ? "as asked" : "its directory is not writable"));
 
-    /* Read-only: without a writable directory SQLite cannot create the -shm file that WAL
-     * readers share, so the file is read as immutable, unless a WAL file with content exists
-     * (immutable would ignore it); a plain read-only open that cannot start also falls back. */
-    off_t wal_size = 0;
-    bool immutable = s->read_only && !dir_writable && !(file_exists(s->path, "-wal", &wal_size) && wal_size > 0);
+    /* WAL readers share a -shm file beside the database; where it cannot be created, the file
+     * is read as immutable, without locks: nobody can write it there. (Records still in a
+     * -wal file copied along would be missed; closing the last connection merges them.) */
     struct stat opened;
-    int rc = db_open(s, immutable, &opened, why, sizeof why);
-    if (s->read_only && !immutable && (rc == SQLITE_CANTOPEN || rc == SQLITE_READONLY)) {
-        db_close(s);
-        why[0] = '\0';
-        rc = db_open(s, true, &opened, why, sizeof why);
-    }
-    if (rc == AT_DAMAGED && s->read_only)
-        return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE, "at_store_open: %s is damaged (%s) and read-only: not used",
-                                    s->path, why));
-    if (rc == AT_DAMAGED) {
+    int rc = db_open(s, s->read_only && !dir_writable, &opened, why, sizeof why);
+    if (rc == AT_DAMAGED && !s->read_only) {
         db_close(s);
         char *moved = quarantine(s->path, &opened);
         if (!moved)
-            return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE, "at_store_open: %s is damaged (%s) and cannot be moved aside: %s",
-                                        s->path, why, strerror(errno)));
-        /* Seen even with BURNC_LOG off (tuned decisions were lost), as kcache does for its
-         * refusals: through the log when it is on, else one line on stderr. */
+            return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE,
+                                        "at_store_open: %s is damaged (%s) and cannot be moved aside: %s", s->path,
+                                        why, strerror(errno)));
+        /* Tuned decisions were lost: say so even with BURNC_LOG off, the way kcache reports
+         * its refusals (through the log when it is on, else one line on stderr). */
         if (rt_log_enabled("autotune"))
             rt_log("autotune", "store %s is damaged (%s): moved to %s, starting empty", s->path, why, moved);
         else
             fprintf(stderr, "burnc: warning: autotune store %s is damaged (%s): moved to %s, starting empty\n", s->path,
                     why, moved);
         free(moved);
-        why[0] = '\0';
         rc = db_open(s, false, &opened, why, sizeof why);
-        if (rc == AT_DAMAGED)
-            return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE, "at_store_open: %s is still damaged (%s)", s->path, why));
     }
+    if (rc == AT_DAMAGED)
+        return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE, "at_store_open: %s is damaged (%s)%s", s->path, why,
+                                    s->read_only ? " and read-only: not used" : " even after moving it aside"));
     if (rc != SQLITE_OK)
         return open_fail(s, rt_fail(rc == SQLITE_NOMEM ? BURNC_ERR_OUT_OF_MEMORY : BURNC_ERR_UNAVAILABLE,
                                     "at_store_open: %s (%s)", why, s->path));
@@ -471,19 +412,23 @@ const char *at_store_path(const at_store *s) { return s ? s->path : NULL; }
 
 /* ---- Records ----------------------------------------------------------------------------- */
 
-static void copy_text(char *dst, size_t cap, const unsigned char *src)
+static void copy_text(char *dst, size_t cap, const void *src)
 {
     snprintf(dst, cap, "%s", src ? (const char *)src : "");
 }
 
-/* Columns first.. of `st` in AT_COLUMNS order, from config on. */
-static void read_tail(sqlite3_stmt *st, int first, at_record *r)
+/* A row of AT_COLUMNS. */
+static void read_row(sqlite3_stmt *st, at_record *r)
 {
-    copy_text(r->config, sizeof r->config, sqlite3_column_text(st, first));
-    r->set_checksum = (uint64_t)sqlite3_column_int64(st, first + 1);
-    r->best_ms = sqlite3_column_double(st, first + 2);
-    r->heuristic_ms = sqlite3_column_double(st, first + 3);
-    r->created = sqlite3_column_int64(st, first + 4);
+    memset(r, 0, sizeof *r);
+    copy_text(r->fingerprint, sizeof r->fingerprint, sqlite3_column_text(st, 0));
+    copy_text(r->family, sizeof r->family, sqlite3_column_text(st, 1));
+    copy_text(r->key, sizeof r->key, sqlite3_column_text(st, 2));
+    copy_text(r->config, sizeof r->config, sqlite3_column_text(st, 3));
+    r->set_checksum = (uint64_t)sqlite3_column_int64(st, 4);
+    r->best_ms = sqlite3_column_double(st, 5);
+    r->heuristic_ms = sqlite3_column_double(st, 6);
+    r->created = sqlite3_column_int64(st, 7);
 }
 
 burnc_status_t at_store_get(at_store *s, const char *fingerprint, const char *family, const char *key,
@@ -500,22 +445,18 @@ burnc_status_t at_store_get(at_store *s, const char *fingerprint, const char *fa
     sqlite3_bind_int64(s->get, 4, (sqlite3_int64)set_checksum);
     int rc = sqlite3_step(s->get);
     if (rc == SQLITE_ROW) {
-        memset(out, 0, sizeof *out);
-        copy_text(out->fingerprint, sizeof out->fingerprint, (const unsigned char *)fingerprint);
-        copy_text(out->family, sizeof out->family, (const unsigned char *)family);
-        copy_text(out->key, sizeof out->key, (const unsigned char *)key);
-        read_tail(s->get, 0, out);
+        read_row(s->get, out);
         *found = true;
     }
-    burnc_status_t st = rc == SQLITE_ROW || rc == SQLITE_DONE ? BURNC_OK : db_fail(s->db, "at_store_get", s->path, rc);
+    burnc_status_t st = rc == SQLITE_ROW || rc == SQLITE_DONE ? BURNC_OK : db_fail(s, "at_store_get", rc);
     sqlite3_reset(s->get);
     sqlite3_clear_bindings(s->get);
     mtx_unlock(&s->lock);
     return st;
 }
 
-/* A record put can store: terminated strings (they come in fixed arrays) and finite times,
- * which SQLite keeps exactly (a NaN would come back as NULL, then 0). */
+/* What put can store: terminated strings (they come in fixed arrays) and finite times (SQLite
+ * would turn a NaN into NULL, read back as 0). */
 static bool record_valid(const at_record *r, char *why, size_t cap)
 {
     const char *bad = strnlen(r->fingerprint, sizeof r->fingerprint) == sizeof r->fingerprint ? "fingerprint"
@@ -530,7 +471,7 @@ static bool record_valid(const at_record *r, char *why, size_t cap)
     return !bad && isfinite(r->best_ms) && isfinite(r->heuristic_ms);
 }
 
-/* One INSERT OR REPLACE inside the caller's transaction. */
+/* One INSERT OR REPLACE, inside the caller's transaction. */
 static int put_one(at_store *s, const at_record *r)
 {
     sqlite3_stmt *st = s->put;
@@ -564,33 +505,13 @@ burnc_status_t at_store_put(at_store *s, const at_record *r)
         return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_put: %s", why);
     mtx_lock(&s->lock);
     int rc = begin_write(s->db);
-    burnc_status_t st = rc == SQLITE_OK ? end_write(s, "at_store_put", put_one(s, r)) : db_fail(s->db, "at_store_put", s->path, rc);
+    burnc_status_t st = end_write(s, "at_store_put", rc == SQLITE_OK ? put_one(s, r) : rc);
     mtx_unlock(&s->lock);
     return st;
 }
 
-/* Prepares a SELECT of whole records of `fingerprint` (NULL: all) in foreach's order. */
-static int select_records(at_store *s, const char *fingerprint, sqlite3_stmt **st)
-{
-    const char *sql = fingerprint ? "SELECT " AT_COLUMNS " FROM autotune WHERE fingerprint = ?1 ORDER BY family, key"
-                                  : "SELECT " AT_COLUMNS " FROM autotune ORDER BY family, key, fingerprint";
-    int rc = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
-    if (rc == SQLITE_OK && fingerprint)
-        sqlite3_bind_text(*st, 1, fingerprint, -1, SQLITE_STATIC);
-    return rc;
-}
-
-static void read_record(sqlite3_stmt *st, at_record *r)
-{
-    memset(r, 0, sizeof *r);
-    copy_text(r->fingerprint, sizeof r->fingerprint, sqlite3_column_text(st, 0));
-    copy_text(r->family, sizeof r->family, sqlite3_column_text(st, 1));
-    copy_text(r->key, sizeof r->key, sqlite3_column_text(st, 2));
-    read_tail(st, 3, r);
-}
-
-/* The records are copied out before fn runs, so that fn runs without the lock and may call
- * the store itself (a store holds one decision per tuned kernel: few records). */
+/* The records are copied out before fn runs, so fn runs without the lock and may use the
+ * store itself (a store holds one decision per tuned kernel shape: few records). */
 burnc_status_t at_store_foreach(at_store *s, const char *fingerprint, int (*fn)(void *user, const at_record *r),
                                 void *user, int *n)
 {
@@ -600,10 +521,13 @@ burnc_status_t at_store_foreach(at_store *s, const char *fingerprint, int (*fn)(
         return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_foreach: NULL argument");
     at_record *recs = NULL;
     size_t count = 0, cap = 0;
-    burnc_status_t status = BURNC_OK;
     sqlite3_stmt *st = NULL;
     mtx_lock(&s->lock);
-    int rc = select_records(s, fingerprint, &st);
+    const char *sql = fingerprint ? "SELECT " AT_COLUMNS " FROM autotune WHERE fingerprint = ?1 ORDER BY family, key"
+                                  : "SELECT " AT_COLUMNS " FROM autotune ORDER BY family, key, fingerprint";
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK && fingerprint)
+        sqlite3_bind_text(st, 1, fingerprint, -1, SQLITE_STATIC);
     while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (count == cap) {
             at_record *grown = realloc(recs, (cap = cap ? 2 * cap : 16) * sizeof *recs);
@@ -613,11 +537,10 @@ burnc_status_t at_store_foreach(at_store *s, const char *fingerprint, int (*fn)(
             }
             recs = grown;
         }
-        read_record(st, &recs[count++]);
+        read_row(st, &recs[count++]);
         rc = SQLITE_OK;
     }
-    if (rc != SQLITE_DONE)
-        status = db_fail(s->db, "at_store_foreach", s->path, rc);
+    burnc_status_t status = rc == SQLITE_DONE ? BURNC_OK : db_fail(s, "at_store_foreach", rc);
     sqlite3_finalize(st);
     mtx_unlock(&s->lock);
     for (size_t i = 0; status == BURNC_OK && i < count; i++) {
@@ -638,42 +561,46 @@ burnc_status_t at_store_clear(at_store *s, const char *fingerprint, int *n)
         return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_clear: NULL store");
     if (s->read_only)
         return refuse_read_only(s, "at_store_clear");
+    sqlite3_stmt *st = NULL;
     mtx_lock(&s->lock);
     int rc = begin_write(s->db);
-    if (rc != SQLITE_OK) {
-        burnc_status_t st = db_fail(s->db, "at_store_clear", s->path, rc);
-        mtx_unlock(&s->lock);
-        return st;
-    }
-    sqlite3_stmt *st = NULL;
-    rc = sqlite3_prepare_v2(s->db, fingerprint ? "DELETE FROM autotune WHERE fingerprint = ?1" : "DELETE FROM autotune",
-                            -1, &st, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(s->db, fingerprint ? "DELETE FROM autotune WHERE fingerprint = ?1"
+                                                   : "DELETE FROM autotune", -1, &st, NULL);
     if (rc == SQLITE_OK && fingerprint)
         sqlite3_bind_text(st, 1, fingerprint, -1, SQLITE_STATIC);
     if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_DONE)
         rc = SQLITE_OK;
-    if (rc == SQLITE_OK && n)
-        *n = sqlite3_changes(s->db);
+    int changed = rc == SQLITE_OK ? sqlite3_changes(s->db) : 0;
     sqlite3_finalize(st);
     burnc_status_t status = end_write(s, "at_store_clear", rc);
     mtx_unlock(&s->lock);
-    if (status != BURNC_OK && n)
-        *n = 0;
+    if (status == BURNC_OK && n)
+        *n = changed;
     return status;
 }
 
 /* ---- Export and import ------------------------------------------------------------------- */
 
-static void put_escaped(FILE *f, const char *text)
+static void put_escaped(FILE *f, const char *text, char end)
 {
     for (const char *c = text; *c; c++) {
-        if (*c == '\\' || *c == '\t' || *c == '\n') {
+        if (*c == '\\' || *c == '\t' || *c == '\n')
             fputc('\\', f);
-            fputc(*c == '\t' ? 't' : *c == '\n' ? 'n' : '\\', f);
-        } else {
-            fputc(*c, f);
-        }
+        fputc(*c == '\t' ? 't' : *c == '\n' ? 'n' : *c, f);
     }
+    fputc(end, f);
+}
+
+static int export_one(void *file, const at_record *r)
+{
+    put_escaped(file, r->family, '\t');
+    put_escaped(file, r->key, '\t');
+    put_escaped(file, r->config, '\t');
+    /* %.17g reads back as the same double. */
+    fprintf(file, "%016llx\t%.17g\t%.17g\t%lld\n", (unsigned long long)r->set_checksum, r->best_ms, r->heuristic_ms,
+            (long long)r->created);
+    return ferror((FILE *)file);
 }
 
 burnc_status_t at_store_export(at_store *s, const char *fingerprint, const char *file, int *n)
@@ -685,58 +612,19 @@ burnc_status_t at_store_export(at_store *s, const char *fingerprint, const char 
     FILE *f = fopen(file, "w");
     if (!f)
         return rt_fail(BURNC_ERR_EXECUTION, "at_store_export: cannot write %s: %s", file, strerror(errno));
-    fprintf(f, AT_FORMAT " %d\t", AT_FORMAT_VERSION);
-    put_escaped(f, fingerprint);
-    fputc('\n', f);
-    mtx_lock(&s->lock);
-    sqlite3_stmt *st = NULL;
-    int rc = select_records(s, fingerprint, &st), count = 0;
-    at_record r;
-    while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        read_record(st, &r);
-        const char *text[3] = {r.family, r.key, r.config};
-        for (int i = 0; i < 3; i++) {
-            put_escaped(f, text[i]);
-            fputc('\t', f);
-        }
-        /* %.17g reads back to the same double. */
-        fprintf(f, "%016llx\t%.17g\t%.17g\t%lld\n", (unsigned long long)r.set_checksum, r.best_ms, r.heuristic_ms,
-                (long long)r.created);
-        count++;
-        rc = SQLITE_OK;
-    }
-    burnc_status_t status = rc == SQLITE_DONE ? BURNC_OK : db_fail(s->db, "at_store_export", s->path, rc);
-    sqlite3_finalize(st);
-    mtx_unlock(&s->lock);
-    bool io_error = ferror(f) != 0;
-    if (fclose(f) != 0 || io_error) {
-        if (status == BURNC_OK)
-            status = rt_fail(BURNC_ERR_EXECUTION, "at_store_export: cannot write %s: %s", file, strerror(errno));
-    }
-    if (status == BURNC_OK && n)
+    fprintf(f, AT_FORMAT " 1\t");
+    put_escaped(f, fingerprint, '\n');
+    int count = 0;
+    burnc_status_t st = at_store_foreach(s, fingerprint, export_one, f, &count);
+    bool failed = ferror(f) != 0;
+    if ((fclose(f) != 0 || failed) && st == BURNC_OK)
+        st = rt_fail(BURNC_ERR_EXECUTION, "at_store_export: cannot write %s: %s", file, strerror(errno));
+    if (st == BURNC_OK && n)
         *n = count;
-    return status;
+    return st;
 }
 
-/* Undoes put_escaped in place; false on an escape it does not write. */
-static bool unescape(char *text)
-{
-    char *w = text;
-    for (const char *c = text; *c; c++) {
-        if (*c != '\\') {
-            *w++ = *c;
-            continue;
-        }
-        c++;
-        if (*c != '\\' && *c != 't' && *c != 'n')
-            return false;
-        *w++ = *c == 't' ? '\t' : *c == 'n' ? '\n' : '\\';
-    }
-    *w = '\0';
-    return true;
-}
-
-/* Splits line at tabs into at most max fields; returns how many there are. */
+/* Splits line at its tabs into at most max fields; returns how many there are. */
 static int split(char *line, char **fields, int max)
 {
     int k = 0;
@@ -750,12 +638,20 @@ static int split(char *line, char **fields, int max)
     }
 }
 
-static bool text_field(char *dst, size_t cap, char *src)
+/* Unescapes src into dst; false on an escape export does not write, or when it does not fit. */
+static bool text_field(char *dst, size_t cap, const char *src)
 {
-    return unescape(src) && strlen(src) < cap && (memcpy(dst, src, strlen(src) + 1), true);
+    size_t n = 0;
+    for (const char *c = src; *c; c++, n++) {
+        if (n + 1 >= cap || (*c == '\\' && c[1] != '\\' && c[1] != 't' && c[1] != 'n'))
+            return false;
+        dst[n] = *c != '\\' ? *c : *++c == 't' ? '\t' : *c == 'n' ? '\n' : '\\';
+    }
+    dst[n] = '\0';
+    return true;
 }
 
-/* One record line into r; a reason when it is malformed. */
+/* One record line into r; the reason when it is malformed. */
 static const char *parse_record(char *line, at_record *r)
 {
     char *f[7], *end;
@@ -777,53 +673,56 @@ static const char *parse_record(char *line, at_record *r)
     if (end == f[5] || *end || !isfinite(r->heuristic_ms))
         return "bad heuristic time (expected a finite number)";
     errno = 0;
-    long long created = strtoll(f[6], &end, 10);
+    r->created = strtoll(f[6], &end, 10);
     if (end == f[6] || *end || errno)
         return "bad creation time (expected an integer)";
-    r->created = created;
     return NULL;
 }
 
-/* Reads the whole file into recs (all-or-nothing: the store is touched only after this).
- * Sets the error and returns its status on failure. */
+/* The header line; the reason when it is malformed, "" when it is a foreign file refused
+ * (the error is then set). */
+static const char *parse_header(char *line, const char *file, const char *fingerprint, bool force)
+{
+    char *f[2], file_fp[AT_TEXT_MAX];
+    if (split(line, f, 2) != 2 || strncmp(f[0], AT_FORMAT " ", strlen(AT_FORMAT " ")) != 0)
+        return "not a burnc autotune export (expected '" AT_FORMAT " 1<TAB>fingerprint')";
+    if (strcmp(f[0], AT_FORMAT " 1") != 0)
+        return "an export format this burnc does not read (it reads version 1)";
+    if (!text_field(file_fp, sizeof file_fp, f[1]))
+        return "bad fingerprint (an unknown escape, or too long)";
+    if (strcmp(file_fp, fingerprint) != 0 && !force) {
+        rt_fail(BURNC_ERR_INVALID_ARGUMENT,
+                "at_store_import: %s was made on fingerprint '%s', not on this one, '%s' (force imports it anyway)",
+                file, file_fp, fingerprint);
+        return "";
+    }
+    return NULL;
+}
+
+/* The whole file into recs, before the store is touched: an import is all or nothing. */
 static burnc_status_t read_export(FILE *f, const char *file, const char *fingerprint, bool force, at_record **recs,
                                   size_t *count)
 {
     char *line = NULL;
     size_t line_cap = 0, cap = 0;
-    burnc_status_t st = BURNC_OK;
     const char *bad = NULL;
     int no = 0;
     ssize_t len;
-    while (st == BURNC_OK && !bad && (len = getline(&line, &line_cap, f)) >= 0) {
+    while (!bad && (len = getline(&line, &line_cap, f)) >= 0) {
         no++;
         if (len > 0 && line[len - 1] == '\n')
             line[--len] = '\0';
         if ((size_t)len != strlen(line)) {
             bad = "a NUL byte";
         } else if (no == 1) {
-            char *fields[2], file_fp[AT_TEXT_MAX];
-            int version = 0, used = 0;
-            if (split(line, fields, 2) != 2 || sscanf(fields[0], AT_FORMAT " %d%n", &version, &used) != 1 ||
-                fields[0][used] != '\0')
-                bad = "not a burnc autotune export (expected '" AT_FORMAT " 1<TAB>fingerprint')";
-            else if (version != AT_FORMAT_VERSION)
-                bad = "an export format this burnc does not read (expected version 1)";
-            else if (!text_field(file_fp, sizeof file_fp, fields[1]))
-                bad = "bad fingerprint (an unknown escape, or too long)";
-            else if (strcmp(file_fp, fingerprint) != 0 && !force)
-                st = rt_fail(BURNC_ERR_INVALID_ARGUMENT,
-                             "at_store_import: %s was made on fingerprint '%s', not on this one, '%s' (force imports it anyway)",
-                             file, file_fp, fingerprint);
+            bad = parse_header(line, file, fingerprint, force);
         } else {
-            if (*count == cap) {
-                at_record *grown = realloc(*recs, (cap = cap ? 2 * cap : 64) * sizeof **recs);
-                if (!grown) {
-                    st = rt_fail(BURNC_ERR_OUT_OF_MEMORY, "at_store_import: out of memory");
-                    break;
-                }
-                *recs = grown;
+            at_record *grown = *count < cap ? *recs : reallocarray(*recs, cap = cap ? 2 * cap : 64, sizeof **recs);
+            if (!grown) {
+                free(line);
+                return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "at_store_import: out of memory");
             }
+            *recs = grown;
             at_record *r = &(*recs)[*count];
             memset(r, 0, sizeof *r);
             snprintf(r->fingerprint, sizeof r->fingerprint, "%s", fingerprint);
@@ -831,14 +730,15 @@ static burnc_status_t read_export(FILE *f, const char *file, const char *fingerp
                 (*count)++;
         }
     }
-    if (st == BURNC_OK && !bad && ferror(f))
-        st = rt_fail(BURNC_ERR_EXECUTION, "at_store_import: cannot read %s: %s", file, strerror(errno));
-    if (st == BURNC_OK && !bad && no == 0)
-        bad = "an empty file", no = 1;
-    if (st == BURNC_OK && bad)
-        st = rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_import: %s:%d: %s; nothing imported", file, no, bad);
     free(line);
-    return st;
+    if (bad && !*bad)
+        return BURNC_ERR_INVALID_ARGUMENT; /* refused by parse_header, which said why */
+    if (!bad && ferror(f))
+        return rt_fail(BURNC_ERR_EXECUTION, "at_store_import: cannot read %s: %s", file, strerror(errno));
+    if (!bad && no == 0)
+        bad = "an empty file", no = 1;
+    return bad ? rt_fail(BURNC_ERR_INVALID_ARGUMENT, "at_store_import: %s:%d: %s; nothing imported", file, no, bad)
+               : BURNC_OK;
 }
 
 burnc_status_t at_store_import(at_store *s, const char *fingerprint, const char *file, bool force, int *n)
@@ -862,13 +762,9 @@ burnc_status_t at_store_import(at_store *s, const char *fingerprint, const char 
     if (st == BURNC_OK) {
         mtx_lock(&s->lock);
         int rc = begin_write(s->db);
-        if (rc != SQLITE_OK) {
-            st = db_fail(s->db, "at_store_import", s->path, rc);
-        } else {
-            for (size_t i = 0; i < count && rc == SQLITE_OK; i++)
-                rc = put_one(s, &recs[i]);
-            st = end_write(s, "at_store_import", rc);
-        }
+        for (size_t i = 0; i < count && rc == SQLITE_OK; i++)
+            rc = put_one(s, &recs[i]);
+        st = end_write(s, "at_store_import", rc);
         mtx_unlock(&s->lock);
     }
     free(recs);

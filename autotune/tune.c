@@ -300,6 +300,15 @@ static int index_of(const at_family *f, const char *name)
     return -1;
 }
 
+static void (*observer)(void *, const at_query *, const at_outcome *);
+static void *observer_user;
+
+void at_set_observer(void (*fn)(void *user, const at_query *q, const at_outcome *o), void *user)
+{
+    observer = fn;
+    observer_user = user;
+}
+
 int at_decide(const at_query *q, at_time_fn time, void *user, at_outcome *out)
 {
     at_outcome o = {.choice = q->heuristic};
@@ -358,9 +367,24 @@ int at_decide(const at_query *q, at_time_fn time, void *user, at_outcome *out)
     mtx_lock(&mem.lock);
     mem_put(id, h, o.choice);
     mtx_unlock(&mem.lock);
+    if (observer)
+        observer(observer_user, q, &o);
     if (out)
         *out = o;
     return o.choice;
+}
+
+BURNC_API burnc_status_t burnc_autotune_set_mode(const char *mode)
+{
+    at_mode m;
+    if (!mode) {
+        at_set_mode(-1);
+        return BURNC_OK;
+    }
+    if (!at_parse_mode(mode, &m))
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "burnc_autotune_set_mode: \"%s\" is not off, cached or on", mode);
+    at_set_mode((int)m);
+    return BURNC_OK;
 }
 
 /* ---- BURNC_AUTOTUNE_RECORD ---- */

@@ -208,6 +208,12 @@ BURNC_API burnc_status_t burnc_device_sync(burnc_device_t *dev);
  * results bitwise). Devices that never fuse (ref) accept and ignore it. Errors:
  * BURNC_ERR_INVALID_ARGUMENT (NULL device). Thread safe. */
 BURNC_API burnc_status_t burnc_device_set_fusion(burnc_device_t *dev, bool enabled);
+/* Sets the process's autotune mode, overriding BURNC_AUTOTUNE: "off" (heuristics only),
+ * "cached" (stored decisions, the heuristic where there is none; the default) or "on" (a
+ * launch without a stored decision times its candidates on private buffers first and stores
+ * the best). NULL returns to the environment's mode. Decisions never change results, only
+ * speed. Errors: BURNC_ERR_INVALID_ARGUMENT for another string. Thread safe. */
+BURNC_API burnc_status_t burnc_autotune_set_mode(const char *mode);
 /* Writes, as Graphviz DOT, how the device's pending work would run if flushed now: each kernel
  * as a cluster of the ops it fuses, opaque ops (matmul, cat, pad, index ops) as boxes, edges for
  * data flow. Runs nothing and changes nothing. Errors: BURNC_ERR_INVALID_ARGUMENT (NULL device

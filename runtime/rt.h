@@ -22,6 +22,8 @@ typedef struct rt_buffer {
     struct rt_buffer *next;   /* pool's cache list */
 } rt_buffer;
 
+struct at_outcome; /* autotune/autotune.h */
+
 /* What every backend implements; `static const` tables with designated initializers. */
 typedef struct rt_backend {
     const char *kind; /* "ref", "cpu", "cuda", "vulkan" */
@@ -69,6 +71,15 @@ typedef struct rt_backend {
      * (rt_fusion_default) at open; burnc_device_set_fusion changes it. */
     bool (*fusion_enabled)(rt_device *dev);
     void (*set_fusion)(rt_device *dev, bool enabled);
+
+    /* ---- Autotune (NULL where nothing is tuned) ---- */
+    /* The fingerprint autotune decisions of this device are stored under. */
+    const char *(*autotune_fingerprint)(rt_device *dev);
+    /* Tunes kernel k for the layout of args (buffers ignored: tuning runs on private ones),
+     * as a launch with BURNC_AUTOTUNE=on would, and stores the decision; out (may be NULL)
+     * says what was decided. For burnc-tune --file. */
+    burnc_status_t (*tune_kernel)(rt_device *dev, const kir_kernel *k, const kir_args *args,
+                                  struct at_outcome *out);
 } rt_backend;
 
 extern const rt_backend rt_ref_backend;

@@ -51,13 +51,20 @@ count_log() {
     passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
 }
 
-# Runs the suites of one build directory and counts them.
+# Runs the suites of one build directory and counts them. Sanitizer reports are written to
+# tests/sanitizer-logs/ (Criterion does not show a test child's stderr): any are printed.
 run_suites() {
-    local dir=$1
+    local dir=$1 logs=$1/tests/sanitizer-logs f
     rm -f "$dir/meson-logs/testlog.txt"
+    mkdir -p "$logs" && rm -f "$logs"/*
     echo "== meson test -C $dir"
     meson test -C "$dir" --print-errorlogs || true
     count_log "$dir/meson-logs/testlog.txt"
+    for f in "$logs"/*; do
+        [ -f "$f" ] || continue
+        echo "== sanitizer report $f"
+        head -n 80 "$f"
+    done
 }
 
 echo "== setup"

@@ -242,7 +242,7 @@ static burnc_status_t cpu_launch_kernel(rt_device *dev, rt_kernel *k, const kir_
     if (k->kind != CPU_KERNEL_COMPILED)
         return rt_fail(BURNC_ERR_INTERNAL, "cpu: launch_kernel of a record kernel");
     cpu_params p;
-    RT_TRY(cpu_tune_choose(dev, &k->ir, k->key, args, outs, true, &p, NULL));
+    RT_TRY(cpu_tune_choose(dev, &k->ir, k->key, args, true, &p, NULL));
     if (p.width != (k->width ? k->width : cpu_default_width()))
         RT_TRY(cpu_kernel_get(&cpu_dev(dev)->kernels, &k->ir, k->key, p.width, &k));
     kir_args a = *args;
@@ -251,6 +251,12 @@ static burnc_status_t cpu_launch_kernel(rt_device *dev, rt_kernel *k, const kir_
 }
 
 static burnc_status_t cpu_sync(rt_device *dev) { return cpu_queue_sync(cpu_dev(dev)->queue); }
+
+static const char *cpu_autotune_fingerprint(rt_device *dev)
+{
+    (void)dev;
+    return cpu_tune_fingerprint();
+}
 
 static bool cpu_fusion_enabled(rt_device *dev) { return atomic_load(&cpu_dev(dev)->fuse); }
 
@@ -291,4 +297,6 @@ const rt_backend rt_cpu_backend = {
     .launch_kernel = cpu_launch_kernel,
     .fusion_enabled = cpu_fusion_enabled,
     .set_fusion = cpu_set_fusion,
+    .autotune_fingerprint = cpu_autotune_fingerprint,
+    .tune_kernel = cpu_tune_kernel,
 };

@@ -94,14 +94,15 @@ burnc_status_t cpu_run_kernel(cpu_threads *t, const rt_kernel *k, const kir_args
 
 /* ---- Autotune (tune.c) --------------------------------------------------------------------- */
 struct at_outcome;
-/* The parameters for launching kernel k (structure hash key) over args, whose outputs are
- * outs (NULL: unknown sizes): a decision from autotune, tuned now on private buffers when
- * may_tune and BURNC_AUTOTUNE=on. Records the launch for BURNC_AUTOTUNE_RECORD. how may be
- * NULL. */
+/* The parameters for launching kernel k (structure hash key) over args: a decision from
+ * autotune, tuned now on private buffers when may_tune and BURNC_AUTOTUNE=on. Records the
+ * launch for BURNC_AUTOTUNE_RECORD. how may be NULL. */
 burnc_status_t cpu_tune_choose(rt_device *dev, const kir_kernel *k, uint64_t key, const kir_args *args,
-                               rt_buffer *const *outs, bool may_tune, cpu_params *out, struct at_outcome *how);
+                               bool may_tune, cpu_params *out, struct at_outcome *how);
 /* The fingerprint autotune keys CPU decisions with. */
 const char *cpu_tune_fingerprint(void);
+/* rt_backend.tune_kernel. */
+burnc_status_t cpu_tune_kernel(rt_device *dev, const kir_kernel *k, const kir_args *args, struct at_outcome *out);
 
 /* ---- The in-order queue (queue.c) ---------------------------------------------------------- */
 typedef struct cpu_job cpu_job;

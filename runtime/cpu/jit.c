@@ -29,7 +29,9 @@
 /* ---- Finding and loading the LLVM module ---- */
 
 /* BURNC_LLVM_MODULE when set (a test executable linked statically has no libburnc.so to
- * stand beside), else burnc-llvm.so in the directory of the file holding this code. */
+ * stand beside), else burnc-llvm.so in the directory of the file holding this code, else in
+ * the library directory burnc was installed to (programs linked statically, like burnc-tune,
+ * live in bin/). */
 static bool module_path(char *out, size_t cap, char *why, size_t why_cap)
 {
     const char *env = getenv("BURNC_LLVM_MODULE");
@@ -45,6 +47,12 @@ static bool module_path(char *out, size_t cap, char *why, size_t why_cap)
         return false;
     }
     snprintf(out, cap, "%s/%s", dirname(real), LLVM_MODULE_NAME);
+#ifdef BURNC_LIBDIR
+    char installed[PATH_MAX];
+    snprintf(installed, sizeof installed, "%s/%s", BURNC_LIBDIR, LLVM_MODULE_NAME);
+    if (access(out, R_OK) != 0 && access(installed, R_OK) == 0)
+        snprintf(out, cap, "%s", installed);
+#endif
     return true;
 }
 

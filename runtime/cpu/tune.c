@@ -256,15 +256,25 @@ static void record_launch(const kir_kernel *k, const kir_args *a)
     free(text);
 }
 
+/* Whether an output reaches beyond the last-level cache: the heuristic's reason to stream. */
+static bool large_output(const kir_kernel *k, const kir_args *a)
+{
+    for (int o = 0; o < k->n_outputs; o++) {
+        int64_t lo, hi;
+        span(k, a->extents, a->out_offsets[o], a->out_strides + (size_t)o * (size_t)k->rank, &lo, &hi);
+        if ((size_t)(hi - lo + 1) * burnc_dtype_size(k->outputs[o].dtype) >= llc_bytes)
+            return true;
+    }
+    return false;
+}
+
 burnc_status_t cpu_tune_choose(rt_device *dev, const kir_kernel *k, uint64_t key, const kir_args *a,
-                               rt_buffer *const *outs, bool may_tune, cpu_params *out, at_outcome *how)
+                               bool may_tune, cpu_params *out, at_outcome *how)
 {
     call_once(&init_once, init);
     int64_t rows, len;
     shape_of(k, a->extents, &rows, &len);
-    bool large = false;
-    for (int o = 0; o < k->n_outputs; o++)
-        large |= outs ? outs[o]->size >= llc_bytes : false;
+    bool large = large_output(k, a);
     int default_width = cpu_default_width();
     int heuristic = index_of(default_width, 1 << 16, large);
     bool valid[N_CANDS];
@@ -298,8 +308,16 @@ burnc_status_t cpu_tune_choose(rt_device *dev, const kir_kernel *k, uint64_t key
     return BURNC_OK;
 }
 
-const at_family *cpu_tune_family(bool reduce)
+/* burnc-tune --file: a recorded kernel tuned for its recorded layout. */
+burnc_status_t cpu_tune_kernel(rt_device *dev, const kir_kernel *k, const kir_args *args, at_outcome *out)
 {
-    call_once(&init_once, init);
-    return reduce ? &fam_reduce : &fam_elementwise;
+    uint64_t key = kir_hash(k);
+    rt_kernel *compiled;
+    RT_TRY(cpu_kernel_get(&cpu_dev(dev)->kernels, k, key, 0, &compiled));
+    cpu_params p;
+    at_outcome o;
+    RT_TRY(cpu_tune_choose(dev, k, key, args, true, &p, &o));
+    if (out)
+        *out = o;
+    return BURNC_OK;
 }
