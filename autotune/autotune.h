@@ -14,7 +14,8 @@
  *                          then up to AT_SAMPLES samples, medians compared; candidates slower
  *                          than AT_DROP times the best so far are dropped after one sample; a
  *                          key stops sampling when its budget (BURNC_AUTOTUNE_BUDGET_MS, default
- *                          2000) is spent. The choice is kept in memory and in the store.
+ *                          2000) is spent. The heuristic stays unless the best candidate is
+ *                          AT_MARGIN faster. The choice is kept in memory and in the store.
  * BURNC_AUTOTUNE_BUCKETS=pow2 (default) rounds each extent up to a power of two; =exact keeps
  * shapes as they are. BURNC_AUTOTUNE_RECORD=FILE appends every launch line handed to
  * at_record_line (once per distinct line per process), for `burnc-tune --file FILE`.
@@ -33,6 +34,8 @@ typedef enum at_buckets { AT_BUCKETS_POW2, AT_BUCKETS_EXACT } at_buckets;
 
 enum { AT_MAX_CANDIDATES = 64, AT_SAMPLES = 5 };
 #define AT_DROP 1.5 /* a candidate this much slower than the best after one sample is dropped */
+#define AT_MARGIN 1.05 /* the heuristic stays unless a candidate is this much faster: closer
+                          than that is this kind of machine's noise, not a gain */
 
 /* The mode: an override set with at_set_mode, else BURNC_AUTOTUNE (read once). */
 at_mode at_get_mode(void);

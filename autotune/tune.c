@@ -287,8 +287,12 @@ static int tune(const at_query *q, at_time_fn time, void *user, at_outcome *o)
         if (choice < 0 || m < best)
             choice = c, best = m;
     }
-    o->best_ms = best;
     o->heuristic_ms = ct[q->heuristic].n ? median_of(&ct[q->heuristic]) : 0;
+    if (o->heuristic_ms > 0 && best * AT_MARGIN > o->heuristic_ms) {
+        choice = q->heuristic;
+        best = o->heuristic_ms;
+    }
+    o->best_ms = best;
     return choice;
 }
 

@@ -276,6 +276,20 @@ static void print_bandwidth(const bench_result *res, const bool *ran)
                kernels);
     }
     printf("(kernels: fused / eager, from burnc's fusion log)\n\n");
+    bool tuned = false;
+    for (int w = 0; w < N_WORKLOADS; w++)
+        tuned |= ran[w] && res[w].bw.valid && res[w].bw.tuned_ms > 0;
+    if (!tuned)
+        return;
+    printf("autotune (fused runs; tuned just before, then medians in turn; gain = off / tuned):\n");
+    printf("%-10s %12s %12s %8s\n", "workload", "off ms", "tuned ms", "gain");
+    for (int w = 0; w < N_WORKLOADS; w++) {
+        const bench_bandwidth *b = &res[w].bw;
+        if (ran[w] && b->valid && b->tuned_ms > 0)
+            printf("%-10s %12.2f %12.2f %7.2fx\n", workloads[w].name, b->untuned_ms, b->tuned_ms,
+                   b->untuned_ms / b->tuned_ms);
+    }
+    printf("\n");
 }
 
 static void print_latency(const bench_result *res, const bool *ran)
@@ -402,13 +416,14 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: burnc-bench [--device SPEC] [--reps N] [--json FILE] [--plot FILE.svg] [--check]\n"
-            "                   [--details] [--list] [NAME...]\n"
+            "                   [--details] [--no-autotune] [--list] [NAME...]\n"
             "  --device SPEC  device to run on (default: BURNC_DEVICE, else the best available)\n"
             "  --reps N       timed repetitions per workload and probe (default 11; medians are reported)\n"
             "  --json FILE    also write the results as JSON to FILE\n"
             "  --plot FILE    also write an SVG of effective bandwidth against the probes\n"
             "  --check        exit with status 3 if a metric misses its target\n"
             "  --details      print every metric, not only the summary and the targets\n"
+            "  --no-autotune  skip tuning the fused kernels and comparing them with BURNC_AUTOTUNE=off\n"
             "  --list         list the workloads and exit\n"
             "  NAME...        run only workloads whose name contains one of these\n"
             "Memory probes use BURNC_NUM_THREADS threads (else all cores), like the cpu device.\n");
@@ -427,7 +442,7 @@ static bool selected(const char *name, char **filters, int nfilters)
 typedef struct options {
     const char *spec, *json, *plot;
     int reps;
-    bool list, check, details;
+    bool list, check, details, no_autotune;
     long long child_n; /* > 0: the hidden child mode of the fresh-process workloads */
     char **filters;
     int nfilters;
@@ -463,6 +478,8 @@ static int parse_args(int argc, char **argv, options *o)
             o->check = true;
         } else if (!strcmp(a, "--details")) {
             o->details = true;
+        } else if (!strcmp(a, "--no-autotune")) {
+            o->no_autotune = true;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return -1;
@@ -478,7 +495,8 @@ static int parse_args(int argc, char **argv, options *o)
 
 static int run_all(const options *o, burnc_device_t *dev, char *self_exe)
 {
-    bench_ctx ctx = {.dev = dev, .reps = o->reps, .threads = device_thread_count(), .self_exe = self_exe};
+    bench_ctx ctx = {.dev = dev, .reps = o->reps, .threads = device_thread_count(), .self_exe = self_exe,
+                     .autotune = !o->no_autotune};
     ctx.probes = probe_pool_new(ctx.threads);
     printf("burnc-bench %s on %s (%s); %d repetitions; probes on %d threads (BURNC_NUM_THREADS, else all cores: "
            "the cpu device's rule)\n\n",

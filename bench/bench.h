@@ -59,6 +59,8 @@ typedef struct bench_bandwidth {
     double probe_target;  /* fused/probe must reach this (0: no target) */
     double traffic_target; /* speedup / traffic ratio must reach this (0: no target) */
     int fused_kernels, eager_kernels; /* from the fusion log; -1 if the device logs none */
+    double untuned_ms, tuned_ms; /* fused with BURNC_AUTOTUNE=off / with decisions tuned just
+                                    before (0: not measured) */
 } bench_bandwidth;
 
 typedef struct bench_result {
@@ -81,6 +83,7 @@ enum { BENCH_MAX_PROBES = 16 };
 typedef struct bench_ctx {
     burnc_device_t *dev;
     int reps;               /* timed repetitions; workloads report medians */
+    bool autotune;          /* also compare fused runs tuned against BURNC_AUTOTUNE=off */
     int threads;            /* the device's thread count (BURNC_NUM_THREADS or all cores) */
     const char *self_exe;   /* this program, for the fresh-process measurements */
     probe_pool *probes;

@@ -297,6 +297,12 @@ static void chain_metrics(const bench_bandwidth *bw, const double *tf, const dou
     add_metric(out, "eager_kernels", bw->eager_kernels, "", TARGET_NONE, 0);
     add_metric(out, "fused_eq_eager", bitwise, "bool", TARGET_NONE, 0);
     add_metric(out, "check_error", err, "", TARGET_NONE, 0);
+    if (bw->tuned_ms > 0) {
+        /* tuned must never be slower than the heuristics beyond this machine's noise */
+        add_metric(out, "autotune_off_ms", bw->untuned_ms, "ms", TARGET_NONE, 0);
+        add_metric(out, "autotune_tuned_ms", bw->tuned_ms, "ms", TARGET_NONE, 0);
+        add_metric(out, "autotune_gain", bw->untuned_ms / bw->tuned_ms, "x", TARGET_AT_LEAST, 0.95);
+    }
 }
 
 /* Repetitions of three runs in turn: the probe, the fused chain, the eager chain, so that a
@@ -331,6 +337,35 @@ static int measure(bench_ctx *ctx, const chain *c, double *tp, double *tf, doubl
     return status;
 }
 
+/* Autotune's effect on the fused run: tuned once (mode on), then in turn runs with heuristics
+ * only (off) and with the decisions just stored (cached); medians. */
+static int measure_autotune(bench_ctx *ctx, const chain *c, bench_bandwidth *bw)
+{
+    int reps = ctx->reps, status = 0;
+    double *off = calloc((size_t)reps, sizeof *off), *tuned = calloc((size_t)reps, sizeof *tuned), ms;
+    burnc_tensor_t *y = NULL;
+    if (!off || !tuned)
+        status = bench_fail("out of host memory");
+    static const char *const modes[3] = {"on", "off", "cached"};
+    for (int rep = -1; rep < reps && status == 0; rep++)
+        for (int m = rep < 0 ? 0 : 1; m < (rep < 0 ? 1 : 3) && status == 0; m++) {
+            burnc_autotune_set_mode(modes[m]);
+            status = timed_run(ctx, c, true, &ms, &y);
+            burnc_tensor_release(y);
+            y = NULL;
+            if (status == 0 && rep >= 0)
+                (m == 1 ? off : tuned)[rep] = ms;
+        }
+    burnc_autotune_set_mode(NULL);
+    if (status == 0) {
+        bw->untuned_ms = median(off, reps);
+        bw->tuned_ms = median(tuned, reps);
+    }
+    free(off);
+    free(tuned);
+    return status;
+}
+
 static void note_probe(bench_ctx *ctx, const chain *c, double gbps)
 {
     if (ctx->n_measured < BENCH_MAX_PROBES)
@@ -362,6 +397,8 @@ static int run_chain(bench_ctx *ctx, chain *c, bench_result *out)
     double err = 0;
     if (status == 0)
         status = verify(c, yf, ye, &bitwise, &err);
+    if (status == 0 && ctx->autotune)
+        status = measure_autotune(ctx, c, bw);
     if (status == 0) {
         bw->probe_gbps = median(tp, ctx->reps);
         bw->fused_ms = median(tf, ctx->reps);

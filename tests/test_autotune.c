@@ -185,6 +185,20 @@ Test(autotune, invalid_candidates_are_never_timed_or_chosen)
     BT_LEAK_CHECK();
 }
 
+/* A candidate within the noise margin of the heuristic does not replace it. */
+Test(autotune, the_heuristic_stays_unless_clearly_beaten)
+{
+    fresh_dir();
+    at_set_mode(AT_MODE_ON);
+    fake f = {.ms = {1.0, 0.98, 2.0}};
+    at_query q = query("k7", NULL);
+    at_outcome o;
+    cr_assert_eq(at_decide(&q, fake_time, &f, &o), 0);
+    cr_assert(o.tuned && o.stored, "the decision to keep the heuristic is stored too");
+    cleanup();
+    BT_LEAK_CHECK();
+}
+
 Test(autotune, a_changed_candidate_set_makes_stored_decisions_stale)
 {
     fresh_dir();
