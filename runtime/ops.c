@@ -156,10 +156,10 @@ static burnc_tensor_t *record_elementwise(ir_op op, burnc_dtype_t compute, burnc
 static burnc_tensor_t *unary(ir_op op, burnc_tensor_t *x, const double *scalars, int nscalars)
 {
     rt_device *dev = x->st->dev;
-    burnc_dtype_t dt;
+    burnc_dtype_t dt = BURNC_DTYPE_F32;
     if (compute_dtype(op, false, dev, x->dtype, &dt) != BURNC_OK)
         return NULL;
-    double conv[2];
+    double conv[2] = {0, 0};
     for (int i = 0; i < nscalars; i++)
         conv[i] = ir_scalar_to_dtype(scalars[i], dt);
     burnc_tensor_t *c = rt_cast(x, dt);
@@ -175,9 +175,9 @@ static burnc_tensor_t *binary(ir_op op, burnc_tensor_t *a, burnc_tensor_t *b)
 {
     burnc_tensor_t *ts[2] = {a, b};
     rt_device *dev = same_device(op, ts, 2);
-    int rank;
+    int rank = 0;
     int64_t shape[BURNC_MAX_RANK];
-    burnc_dtype_t dt;
+    burnc_dtype_t dt = BURNC_DTYPE_F32;
     if (!dev || broadcast(op, 2, ts, &rank, shape) != BURNC_OK ||
         compute_dtype(op, false, dev, ir_promote(a->dtype, b->dtype), &dt) != BURNC_OK)
         return NULL;
@@ -194,7 +194,7 @@ static burnc_tensor_t *binary(ir_op op, burnc_tensor_t *a, burnc_tensor_t *b)
 
 static burnc_tensor_t *binary_scalar(ir_op op, burnc_tensor_t *a, double s)
 {
-    burnc_dtype_t dt;
+    burnc_dtype_t dt = BURNC_DTYPE_F32;
     if (compute_dtype(op, true, a->st->dev, a->dtype, &dt) != BURNC_OK)
         return NULL;
     double conv = ir_scalar_to_dtype(s, dt);
@@ -253,7 +253,7 @@ static burnc_tensor_t *where(burnc_tensor_t *cond, burnc_tensor_t *a, burnc_tens
 {
     burnc_tensor_t *ts[3] = {cond, a, b};
     rt_device *dev = same_device(IR_OP_WHERE, ts, 3);
-    int rank;
+    int rank = 0;
     int64_t shape[BURNC_MAX_RANK];
     if (!dev || broadcast(IR_OP_WHERE, 3, ts, &rank, shape) != BURNC_OK)
         return NULL;
@@ -409,7 +409,7 @@ burnc_tensor_t *burnc_std(burnc_tensor_t *x, int naxes, const int *axes, double 
 static burnc_tensor_t *arg_reduce(ir_op op, burnc_tensor_t *x, int axis, bool keepdim)
 {
     const char *name = pname(op, false);
-    int a;
+    int a = 0;
     if (x->view.rank == 0) {
         rt_fail(BURNC_ERR_AXIS, "%s: a rank-0 tensor has no axis %d", name, axis);
         return NULL;

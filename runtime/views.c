@@ -147,7 +147,7 @@ static burnc_tensor_t *permute(burnc_tensor_t *x, int rank, const int *perm)
     ir_view v = x->view;
     bool seen[BURNC_MAX_RANK] = {0};
     for (int d = 0; d < rank; d++) {
-        int a;
+        int a = 0;
         if (rt_axis(op, perm[d], rank, &a) != BURNC_OK)
             return NULL;
         if (seen[a]) {
@@ -172,7 +172,7 @@ burnc_tensor_t *burnc_transpose(burnc_tensor_t *x, int axis0, int axis1)
 {
     if (!x)
         return NULL;
-    int a, b;
+    int a = 0, b = 0;
     if (rt_axis("burnc_transpose", axis0, x->view.rank, &a) != BURNC_OK ||
         rt_axis("burnc_transpose", axis1, x->view.rank, &b) != BURNC_OK)
         return NULL;
@@ -247,7 +247,7 @@ burnc_tensor_t *burnc_slice(burnc_tensor_t *x, int axis, int64_t start, int64_t 
 {
     if (!x)
         return NULL;
-    int a;
+    int a = 0;
     int64_t first, count;
     if (x->view.rank == 0) {
         rt_fail(BURNC_ERR_AXIS, "burnc_slice: a rank-0 tensor has no axis to slice");
