@@ -269,6 +269,8 @@ static int db_check(at_store *s, char *why, size_t cap)
     if (rc == SQLITE_OK)
         rc = note(db, query_text(db, "PRAGMA quick_check(1)", check, sizeof check), why, cap);
     if (rc == SQLITE_OK && strcmp(check, "ok") != 0) {
+        for (char *c = check; (c = strchr(c, '\n'));) /* kept to one line in the warning */
+            *c = ' ';
         snprintf(why, cap, "integrity check: %s", check);
         rc = AT_DAMAGED;
     }

@@ -561,6 +561,28 @@ Test(store, damaged_truncated_moved_aside)
     BT_LEAK_CHECK();
 }
 
+/* A valid store with one page overwritten: only an integrity check sees it at open. */
+Test(store, damaged_page_moved_aside)
+{
+    const char *dir = fresh_dir();
+    at_store *s = open_ok(NULL, false);
+    cr_assert_eq(write_records(s, 0), 0);
+    at_store_close(s);
+    char file[128], junk[4096];
+    memset(junk, 0x5a, sizeof junk);
+    FILE *f = fopen(join(file, sizeof file, dir, "autotune.sqlite"), "r+b");
+    cr_assert_not_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    cr_assert(size >= 8 * 4096, "store of %ld bytes: too small", size);
+    fseek(f, (size / 4096 / 2) * 4096, SEEK_SET); /* a page in the middle of the table */
+    cr_assert_eq(fwrite(junk, 1, sizeof junk, f), sizeof junk);
+    cr_assert_eq(fclose(f), 0);
+    expect_moved_aside(dir, NULL, (size_t)size, "");
+    remove_dir(dir);
+    BT_LEAK_CHECK();
+}
+
 /* An SQLite database that is not ours (another application's table) is not used either. */
 Test(store, foreign_database_moved_aside)
 {
