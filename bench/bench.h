@@ -147,6 +147,9 @@ int run_sum(bench_ctx *ctx, bench_result *out);
 int run_bcast(bench_ctx *ctx, bench_result *out);
 int run_small_ops(bench_ctx *ctx, bench_result *out);
 int run_first_call(bench_ctx *ctx, bench_result *out); /* process.c */
+int run_matmul_1024(bench_ctx *ctx, bench_result *out); /* matmul.c */
+int run_matmul_2048(bench_ctx *ctx, bench_result *out);
+int run_matmul_4096(bench_ctx *ctx, bench_result *out);
 int run_warm_start(bench_ctx *ctx, bench_result *out);
 
 /* The ops a graph records, noted by the bench as it records them: eager mode runs one kernel per

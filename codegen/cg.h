@@ -36,8 +36,27 @@ typedef struct cg_cpu_options {
                        else 8 */
 } cg_cpu_options;
 
+/* A matmul micro-kernel (codegen/llvm_gemm.c): C[mr x nr] (row stride ldc elements, column
+ * stride 1) gets, for every element, a chain of fma over k = 0..kc-1 in increasing order,
+ * starting from C's value when accumulate is nonzero, else from +0.0:
+ *     c[i][j] = fma(a[k * mr + i], b[k * nr + j], c[i][j])
+ * where a holds kc steps of mr values (a packed column sliver of A) and b kc steps of nr
+ * values (a packed row sliver of B). One fma per k per element, no reassociation: the chain
+ * of each element is fixed, whatever mr, nr or the blocking of K around calls. */
+typedef void (*cg_gemm_fn)(int64_t kc, const void *a, const void *b, void *c, int64_t ldc, int64_t accumulate);
+
+typedef struct cg_gemm_spec {
+    int bits;  /* 32 (f32) or 64 (f64) */
+    int mr, nr; /* register tile; nr a multiple of lanes */
+    int lanes; /* vector lanes of the code (1, 2, 4, 8, 16) */
+} cg_gemm_spec;
+
+/* The symbol compile_gemm gives the micro-kernel: the object loader's CG_SYM_ROWS, so that
+ * cg_object_load finds it (as .rows, to be cast back to cg_gemm_fn). */
+#define CG_SYM_GEMM CG_SYM_ROWS
+
 /* What the LLVM module exports, as one table found with dlsym("burnc_llvm_api"). */
-enum { CG_LLVM_ABI = 2 };
+enum { CG_LLVM_ABI = 3 };
 typedef struct cg_llvm_api {
     int abi;          /* CG_LLVM_ABI */
     const char *llvm_version;
@@ -52,6 +71,10 @@ typedef struct cg_llvm_api {
     bool (*compile_cpu_with)(const kir_kernel *k, const cg_cpu_options *opt, cg_cpu_kernel *out, void **obj,
                              size_t *obj_size, char *err, size_t err_cap);
     void (*release_cpu)(cg_cpu_kernel *k);
+    /* Compiles the micro-kernel of spec for the host into a malloc'ed relocatable object
+     * (*obj, *obj_size), to be loaded with cg_object_load (its function is CG_SYM_GEMM). False
+     * with the reason in err. */
+    bool (*compile_gemm)(const cg_gemm_spec *spec, void **obj, size_t *obj_size, char *err, size_t err_cap);
 } cg_llvm_api;
 
 /* Loads a relocatable x86-64 ELF object made by compile_cpu (codegen/objload.c): maps its

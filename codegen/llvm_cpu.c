@@ -2395,6 +2395,8 @@ static bool compile_cpu(const kir_kernel *k, cg_cpu_kernel *out, void **obj, siz
     return compile_cpu_with(k, NULL, out, obj, obj_size, err, cap);
 }
 
+bool cg_llvm_compile_gemm(const cg_gemm_spec *spec, void **obj, size_t *obj_size, char *err, size_t cap); /* llvm_gemm.c */
+
 CG_EXPORT const cg_llvm_api burnc_llvm_api = {
     .abi = CG_LLVM_ABI,
     .llvm_version = LLVM_VERSION_STRING,
@@ -2402,4 +2404,5 @@ CG_EXPORT const cg_llvm_api burnc_llvm_api = {
     .compile_cpu = compile_cpu,
     .compile_cpu_with = compile_cpu_with,
     .release_cpu = release_cpu,
+    .compile_gemm = cg_llvm_compile_gemm,
 };

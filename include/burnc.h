@@ -414,7 +414,14 @@ BURNC_API burnc_tensor_t *burnc_layer_norm_affine(burnc_tensor_t *x, int normali
                                                   burnc_tensor_t *bias, double eps);
 
 /* numpy.matmul: 1-D operands are promoted to matrices and the added axis removed; batch axes
- * broadcast. Result: the promoted dtype (bool refused); floats accumulate in f32 or better. */
+ * broadcast. Result: the promoted dtype (bool refused); floats accumulate in f32 or better.
+ * Numerics on the cpu device: an f32 or f64 element is a chain of fused multiply-adds over
+ * k = 0..K-1 in increasing order starting from +0.0, in the operand dtype,
+ * c = fma(a[i][k], b[k][j], c), each step rounded once; f16 and bf16 operands run that chain in
+ * f32 and round the result once to their dtype; integer dtypes wrap as on ref. The chain is
+ * fixed per element, so results do not depend on blocking, tiling, tuning or the thread count
+ * (bitwise equal to a host loop doing the same fmaf/fma chain). The ref device accumulates in
+ * double and rounds once: the two agree within K * eps * sum |a[i][k] b[k][j]|. */
 BURNC_API burnc_tensor_t *burnc_matmul(burnc_tensor_t *a, burnc_tensor_t *b);
 
 /* ---- Movement ---------------------------------------------------------------------------- */

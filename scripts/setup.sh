@@ -21,6 +21,8 @@ need libcriterion-dev have_pkg libcriterion-dev
 need python3-numpy /usr/bin/python3 -c 'import numpy'
 # SQLite: the persistent autotune store.
 need libsqlite3-dev pkg-config --exists sqlite3
+# OpenBLAS: burnc-bench's yardstick for matmul (linked by the benchmark only).
+need libopenblas-dev have_pkg libopenblas-dev
 # LLVM 19: the cpu device's code generator (without it the build has no cpu device).
 need llvm-19-dev command -v llvm-config-19
 

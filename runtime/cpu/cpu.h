@@ -77,6 +77,19 @@ bool cpu_llvm_loaded(void);
 bool cpu_llvm_module_find(char *why, size_t why_cap);
 bool cpu_llvm_module_available(void);
 
+/* The LLVM module's table, loading it on first use; NULL with the last error set when it
+ * cannot be loaded. */
+const cg_llvm_api *cpu_llvm_api(void);
+
+/* ---- Matmul (gemm.c) ---------------------------------------------------------------------- */
+/* Whether cpu_gemm_run runs this record: MATMUL of f32, f64, f16 or bf16. */
+bool cpu_gemm_handles(const ir_record *rec);
+/* Runs a MATMUL record (bufs: a, b, out) with packed panels and the LLVM micro-kernel on the
+ * pool, from the queue's worker (the pool's one caller). Each element is the fma chain of
+ * include/burnc.h, so results depend neither on the pool's size nor on tuning.
+ * BURNC_ERR_OUT_OF_MEMORY when panels cannot be had. */
+burnc_status_t cpu_gemm_run(cpu_threads *pool, const ir_record *rec, rt_buffer *const *bufs);
+
 /* ---- Running a compiled kernel (schedule.c) ------------------------------------------------ */
 /* How one launch runs (autotune's candidates, tune.c); none changes a result. */
 typedef struct cpu_params {

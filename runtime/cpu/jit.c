@@ -116,6 +116,8 @@ static const cg_llvm_api *llvm_api(void)
     return llvm.api;
 }
 
+const cg_llvm_api *cpu_llvm_api(void) { return llvm_api(); }
+
 bool cpu_llvm_loaded(void) { return atomic_load(&llvm.loaded); }
 
 /* ---- The memory cache ---- */

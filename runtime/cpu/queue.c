@@ -171,8 +171,9 @@ static void run_job(cpu_queue *q, cpu_job *j)
 {
     if (!inherit_failures(j))
         return;
-    burnc_status_t s = j->kind == JOB_RECORD ? rt_ref_run_record(&j->rec, j->bufs)
-                                             : cpu_run_kernel(q->threads, j->kernel, &j->args, &j->params);
+    burnc_status_t s = j->kind == JOB_KERNEL          ? cpu_run_kernel(q->threads, j->kernel, &j->args, &j->params)
+                       : cpu_gemm_handles(&j->rec) ? cpu_gemm_run(q->threads, &j->rec, j->bufs) /* float matmul */
+                                                   : rt_ref_run_record(&j->rec, j->bufs);
     if (s == BURNC_OK)
         return;
     const char *msg = burnc_error_message();
