@@ -316,7 +316,7 @@ static int measure(bench_ctx *ctx, const chain *c, double *tp, double *tf, doubl
         return bench_fail("%s: no memory or threads for the %s probe", c->name, probe_mix_name(c->probe));
     int status = 0;
     for (int rep = -1; rep < ctx->reps && status == 0; rep++) {
-        double gbps = probe_gbps(pr), ms;
+        double gbps = probe_gbps(pr), ms = 0;
         burnc_tensor_release(*yf);
         *yf = NULL;
         status = timed_run(ctx, c, true, &ms, yf);
@@ -342,7 +342,7 @@ static int measure(bench_ctx *ctx, const chain *c, double *tp, double *tf, doubl
 static int measure_autotune(bench_ctx *ctx, const chain *c, bench_bandwidth *bw)
 {
     int reps = ctx->reps, status = 0;
-    double *off = calloc((size_t)reps, sizeof *off), *tuned = calloc((size_t)reps, sizeof *tuned), ms;
+    double *off = calloc((size_t)reps, sizeof *off), *tuned = calloc((size_t)reps, sizeof *tuned), ms = 0;
     burnc_tensor_t *y = NULL;
     if (!off || !tuned)
         status = bench_fail("out of host memory");

@@ -307,6 +307,13 @@ static void operand_offsets(const gemm *g, int64_t t, int64_t *oa, int64_t *ob)
         const TS *a = src;                                                                                \
         for (int64_t s = 0; s < mc; s += mr) {                                                            \
             int64_t h = mc - s < mr ? mc - s : mr;                                                        \
+            if (cs == 1 && h == mr) { /* rows are contiguous: read each along k */                        \
+                for (int64_t i = 0; i < mr; i++)                                                          \
+                    for (int64_t k = 0; k < kc; k++)                                                      \
+                        out[k * mr + i] = LOAD(a[(s + i) * rs + k]);                                      \
+                out += kc * mr;                                                                           \
+                continue;                                                                                 \
+            }                                                                                             \
             for (int64_t k = 0; k < kc; k++, out += mr) {                                                 \
                 const TS *p = a + s * rs + k * cs;                                                        \
                 int64_t i = 0;                                                                            \
@@ -324,6 +331,13 @@ static void operand_offsets(const gemm *g, int64_t t, int64_t *oa, int64_t *ob)
         const TS *b = src;                                                                                \
         for (int64_t t = 0; t < nc; t += nr) {                                                            \
             int64_t w = nc - t < nr ? nc - t : nr;                                                        \
+            if (rs == 1 && cs != 1 && w == nr) { /* transposed: columns are contiguous along k */          \
+                for (int64_t j = 0; j < nr; j++)                                                          \
+                    for (int64_t k = 0; k < kc; k++)                                                      \
+                        out[k * nr + j] = LOAD(b[(t + j) * cs + k]);                                      \
+                out += kc * nr;                                                                           \
+                continue;                                                                                 \
+            }                                                                                             \
             for (int64_t k = 0; k < kc; k++, out += nr) {                                                 \
                 const TS *p = b + k * rs + t * cs;                                                        \
                 int64_t j = 0;                                                                            \
