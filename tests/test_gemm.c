@@ -467,3 +467,79 @@ Test(gemm, bad_shapes_fail)
     burnc_device_release(cpu);
     BT_LEAK_CHECK();
 }
+
+/* ---- Epilogues: element-wise work on a matmul's output runs on its tiles ---------------------- */
+
+static atomic_int epilogues;
+
+static void count_epilogues(void *user, const char *topic, const char *msg)
+{
+    (void)user, (void)topic;
+    if (strstr(msg, "runs as the epilogue of the matmul"))
+        atomic_fetch_add(&epilogues, 1);
+}
+
+typedef enum epi_case { EPI_GELU_BIAS, EPI_TRANSPOSED, EPI_OVER_A } epi_case;
+
+/* The case's epilogue of a @ b (n x n f32), read back into out. With `apart` the matmul is
+ * synced first, so the element-wise work runs as a kernel of its own. a's handle is released
+ * once recorded, so an epilogue reading a (EPI_OVER_A) may take a's buffer in place, which the
+ * matmul still reads: that one must not run on the tiles. */
+static void epi_run(burnc_device_t *dev, epi_case ec, int64_t n, const float *ha, const float *hb,
+                    const float *hbias, bool apart, float *out)
+{
+    burnc_scope_begin();
+    burnc_tensor_t *a = burnc_tensor_keep(bt_f32(dev, 2, (const int64_t[]){n, n}, ha));
+    burnc_tensor_t *b = bt_f32(dev, 2, (const int64_t[]){n, n}, hb), *bias = bt_f32(dev, 1, &n, hbias);
+    BT_ASSERT_OK(burnc_device_sync(dev));
+    burnc_tensor_t *prod = burnc_matmul(a, b);
+    if (apart)
+        BT_ASSERT_OK(burnc_device_sync(dev));
+    burnc_tensor_t *y;
+    if (ec == EPI_GELU_BIAS)
+        y = burnc_gelu(burnc_add(prod, bias));
+    else if (ec == EPI_TRANSPOSED)
+        y = burnc_add(prod, burnc_transpose(prod, 0, 1));
+    else
+        y = burnc_add(prod, a);
+    burnc_tensor_release(a);
+    BT_ASSERT_OK(burnc_tensor_read(BT_NOT_NULL(y), out, (size_t)(n * n) * sizeof *out));
+    burnc_scope_end();
+}
+
+/* Fused into the matmul's tiles or not, the same bits; the epilogue runs on the tiles only
+ * when it reads the product at the positions it writes and writes nothing the matmul reads. */
+Test(gemm, epilogues_on_tiles_give_the_same_bits)
+{
+    enum { N = 192 };
+    static float a[N * N], b[N * N], bias[N], tiled[N * N], apart[N * N];
+    for (int i = 0; i < N * N; i++)
+        a[i] = (float)uniform(), b[i] = (float)uniform();
+    for (int i = 0; i < N; i++)
+        bias[i] = (float)uniform();
+    burnc_device_t *cpu = open_cpu();
+    burnc_log_set_callback(count_epilogues, NULL);
+    const int want[] = {1, 0, 0}; /* epilogues on tiles per case */
+    for (int ec = EPI_GELU_BIAS; ec <= EPI_OVER_A; ec++) {
+        atomic_store(&epilogues, 0);
+        epi_run(cpu, (epi_case)ec, N, a, b, bias, false, tiled);
+        int seen = atomic_load(&epilogues);
+        epi_run(cpu, (epi_case)ec, N, a, b, bias, true, apart);
+        cr_assert_eq(seen, want[ec], "case %d: %d epilogues ran on tiles, expected %d", ec, seen, want[ec]);
+        cr_assert(memcmp(tiled, apart, sizeof tiled) == 0, "case %d: the results differ", ec);
+    }
+    burnc_log_set_callback(NULL, NULL);
+    /* and the product is right: gelu(a @ b + bias) against the host's own fma chain + gelu */
+    epi_run(cpu, EPI_GELU_BIAS, N, a, b, bias, false, tiled);
+    for (int i = 0; i < N; i += 17)
+        for (int j = 0; j < N; j += 13) {
+            float acc = 0;
+            for (int k = 0; k < N; k++)
+                acc = fmaf(a[i * N + k], b[k * N + j], acc);
+            double x = (double)(acc + bias[j]), want_v = x / 2 * erfc(-x / sqrt(2.0));
+            cr_assert(fabs(tiled[i * N + j] - want_v) <= 1e-5 * (1 + fabs(want_v)), "[%d,%d]: %g, expected %g", i, j,
+                      (double)tiled[i * N + j], want_v);
+        }
+    burnc_device_release(cpu);
+    BT_LEAK_CHECK();
+}

@@ -86,9 +86,12 @@ const cg_llvm_api *cpu_llvm_api(void);
 bool cpu_gemm_handles(const ir_record *rec);
 /* Runs a MATMUL record (bufs: a, b, out) with packed panels and the LLVM micro-kernel on the
  * pool, from the queue's worker (the pool's one caller). Each element is the fma chain of
- * include/burnc.h, so results depend neither on the pool's size nor on tuning.
- * BURNC_ERR_OUT_OF_MEMORY when panels cannot be had. */
-burnc_status_t cpu_gemm_run(cpu_threads *pool, const ir_record *rec, rt_buffer *const *bufs);
+ * include/burnc.h, so results depend neither on the pool's size nor on tuning. epi (may be
+ * NULL) is the epilogue: called on the pool's threads with disjoint flat ranges [first,
+ * first + count) of the output as soon as they are final (while they are in cache), every
+ * element exactly once. BURNC_ERR_OUT_OF_MEMORY when panels cannot be had. */
+burnc_status_t cpu_gemm_run(cpu_threads *pool, const ir_record *rec, rt_buffer *const *bufs,
+                            void (*epi)(void *ctx, int64_t first, int64_t count), void *epi_ctx);
 
 /* ---- Running a compiled kernel (schedule.c) ------------------------------------------------ */
 /* How one launch runs (autotune's candidates, tune.c); none changes a result. */

@@ -278,6 +278,9 @@ typedef struct gemm {
     const char *a, *b; /* operand storages */
     int64_t a_off, b_off, a_rs, a_cs, b_rs, b_cs, a_bst[BURNC_MAX_RANK], b_bst[BURNC_MAX_RANK];
     char *c; /* C in the compute dtype, dense [batches, M, N] */
+    /* The epilogue: called with flat ranges of C once they are final (NULL: none). */
+    void (*epi)(void *ctx, int64_t first, int64_t count);
+    void *epi_ctx;
     int threads;
     /* buffers: per slot an A block and a tile, B panels per slot in batch mode, else one */
     int n_slots;
@@ -412,7 +415,7 @@ static void macro_kernel(const gemm *g, const char *ap, const char *bp, char *c,
 /* One (batch, jc, pc) step: the B panel is packed, tasks cover row blocks x column chunks. */
 typedef struct step {
     const gemm *g;
-    int64_t oa, ob;
+    int64_t t, oa, ob;
     char *c; /* the batch's C */
     int64_t jc, nc, pc, kc;
     int64_t mc, n_ic; /* row blocks of mc rows (the last may be shorter) */
@@ -456,6 +459,9 @@ static void compute_task(void *ctx, int64_t i)
     pack_a(g, g->slot_a[s], st->oa, i0, st->pc, mc, st->kc);
     macro_kernel(g, g->slot_a[s], st->panel + j0 * st->kc * g->esz, st->c + (i0 * g->N + st->jc + j0) * g->esz, mc,
                  nc, st->kc, st->pc > 0, g->slot_t[s]);
+    if (g->epi && st->pc + st->kc >= g->K) /* the block's last K step: these rows of C are final */
+        for (int64_t i = i0; i < i0 + mc; i++)
+            g->epi(g->epi_ctx, (st->t * g->M + i) * g->N + st->jc + j0, nc);
     if (st->slot < 0)
         atomic_store(&g->slot_busy[s], 0);
 }
@@ -465,7 +471,7 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /* Batch t on the pool (pool != NULL) or inline on slot `slot`. */
 static void run_batch(const gemm *g, cpu_threads *pool, int64_t t, int slot)
 {
-    step st = {.g = g, .slot = pool ? -1 : slot};
+    step st = {.g = g, .t = t, .slot = pool ? -1 : slot};
     operand_offsets(g, t, &st.oa, &st.ob);
     st.c = g->c + t * g->M * g->N * g->esz;
     int want = pool ? 2 * g->threads : 1; /* tasks per step: a few per thread balance */
@@ -532,6 +538,8 @@ static bool gemm_exec(gemm *g, cpu_threads *pool)
         return true;
     if (g->K == 0) { /* no terms: every chain is its starting +0.0 */
         memset(g->c, 0, (size_t)(g->batches * g->M * g->N * g->esz));
+        if (g->epi)
+            g->epi(g->epi_ctx, 0, g->batches * g->M * g->N);
         return true;
     }
     g->threads = cpu_threads_count(pool);
@@ -728,7 +736,8 @@ static void narrow_out(void *dst, burnc_dtype_t dt, const float *src, int64_t n)
         d[i] = dt == BURNC_DTYPE_F16 ? burnc_f32_to_f16(src[i]) : burnc_f32_to_bf16(src[i]);
 }
 
-burnc_status_t cpu_gemm_run(cpu_threads *pool, const ir_record *rec, rt_buffer *const *bufs)
+burnc_status_t cpu_gemm_run(cpu_threads *pool, const ir_record *rec, rt_buffer *const *bufs,
+                            void (*epi)(void *ctx, int64_t first, int64_t count), void *epi_ctx)
 {
     const ir_view *va = &rec->in[0].view, *vb = &rec->in[1].view;
     int r = rec->out_rank;
@@ -761,6 +770,8 @@ burnc_status_t cpu_gemm_run(cpu_threads *pool, const ir_record *rec, rt_buffer *
     bool narrow = g.dt == BURNC_DTYPE_F16 || g.dt == BURNC_DTYPE_BF16;
     int64_t n_out = g.batches * g.M * g.N;
     g.c = narrow ? buffer(n_out * 4) : bufs[2]->host;
+    if (!narrow)
+        g.epi = epi, g.epi_ctx = epi_ctx;
     if (!g.c || !gemm_exec(&g, pool)) {
         if (narrow)
             free(g.c);
@@ -769,6 +780,8 @@ burnc_status_t cpu_gemm_run(cpu_threads *pool, const ir_record *rec, rt_buffer *
     if (narrow) {
         narrow_out(bufs[2]->host, g.dt, (const float *)g.c, n_out);
         free(g.c);
+        if (epi) /* C is final only once narrowed */
+            epi(epi_ctx, 0, n_out);
     }
     return BURNC_OK;
 }

@@ -16,6 +16,7 @@ typedef enum job_kind { JOB_RECORD, JOB_KERNEL } job_kind;
 
 struct cpu_job {
     cpu_job *next;
+    cpu_job *epilogue; /* JOB_RECORD of a float matmul: a kernel run on its output tiles */
     uint64_t seq;
     job_kind kind;
     int n_in, n_out;
@@ -40,6 +41,7 @@ struct cpu_queue {
      * more than a small kernel. So the worker and waiting threads spin a little before they
      * sleep, and signals go only to threads that sleep. */
     bool worker_idle; /* the worker waits on `work` */
+    cpu_job *held;    /* a float matmul not queued yet: the next kernel may be its epilogue */
     int waiters;      /* threads waiting on `progress` */
     burnc_status_t error; /* first execution error since the last sync */
     char msg[512];
@@ -165,19 +167,37 @@ static int inherit_failures(cpu_job *j)
     return left;
 }
 
+/* The epilogue's rows over a final range of the matmul's output: the kernel reads that output
+ * at flat position p (kernel_fits_epilogue), so its positions are the output's. */
+static void epilogue_range(void *ctx, int64_t first, int64_t count)
+{
+    const cpu_job *e = ctx;
+    e->kernel->fn.rows(&e->args, first, first + count);
+}
+
 /* Runs one job; a failure poisons its outputs and, unless it only inherited an earlier
- * failure, becomes the queue's error for the next sync. */
+ * failure, becomes the queue's error for the next sync. A matmul with an epilogue runs the
+ * epilogue on its tiles; if the matmul does not run, neither does the epilogue (whose outputs
+ * read it and so inherit its failure), except for outputs that do not read it. */
 static void run_job(cpu_queue *q, cpu_job *j)
 {
-    if (!inherit_failures(j))
-        return;
-    burnc_status_t s = j->kind == JOB_KERNEL          ? cpu_run_kernel(q->threads, j->kernel, &j->args, &j->params)
-                       : cpu_gemm_handles(&j->rec) ? cpu_gemm_run(q->threads, &j->rec, j->bufs) /* float matmul */
-                                                   : rt_ref_run_record(&j->rec, j->bufs);
+    cpu_job *e = j->epilogue;
+    bool go = inherit_failures(j) > 0, epi_go = e && inherit_failures(e) > 0;
+    burnc_status_t s = BURNC_OK;
+    if (go && j->kind == JOB_KERNEL)
+        s = cpu_run_kernel(q->threads, j->kernel, &j->args, &j->params);
+    else if (go && cpu_gemm_handles(&j->rec)) /* float matmul */
+        s = cpu_gemm_run(q->threads, &j->rec, j->bufs, epi_go ? epilogue_range : NULL, e);
+    else if (go)
+        s = rt_ref_run_record(&j->rec, j->bufs);
+    else if (epi_go) /* only epilogue outputs that do not read the failed matmul are left */
+        s = cpu_run_kernel(q->threads, e->kernel, &e->args, &e->params);
     if (s == BURNC_OK)
         return;
     const char *msg = burnc_error_message();
     poison_outputs(j, s, msg);
+    if (e)
+        poison_outputs(e, s, msg);
     rt_log("runtime", "cpu: %s failed: %s", j->kind == JOB_RECORD ? ir_op_name(j->rec.op) : j->kernel->ir.name,
            msg);
     mtx_lock(&q->lock);
@@ -243,6 +263,7 @@ static int worker_main(void *arg)
         mtx_unlock(&q->lock);
         run_job(q, j);
         uint64_t seq = j->seq;
+        free(j->epilogue);
         free(j);
         mtx_lock(&q->lock);
         atomic_store_explicit(&q->done, seq, memory_order_release);
@@ -258,22 +279,78 @@ static int worker_main(void *arg)
 
 /* ---- Queueing and waiting ---- */
 
-static void push(cpu_queue *q, cpu_job *j)
+/* Queues j (and its epilogue) under the lock; true when the worker must be woken. */
+static bool push_locked(cpu_queue *q, cpu_job *j)
 {
-    mtx_lock(&q->lock);
     j->seq = atomic_load(&q->queued) + 1;
     atomic_store_explicit(&q->queued, j->seq, memory_order_release);
-    for (int b = 0; b < j->n_in + j->n_out; b++)
-        cpu_buf(j->bufs[b])->last_use = j->seq;
+    for (const cpu_job *x = j; x; x = x == j ? j->epilogue : NULL)
+        for (int b = 0; b < x->n_in + x->n_out; b++)
+            cpu_buf(x->bufs[b])->last_use = j->seq;
     if (q->tail)
         q->tail->next = j;
     else
         q->head = j;
     q->tail = j;
-    bool wake = q->worker_idle;
+    return q->worker_idle;
+}
+
+/* Queues the held matmul, if any (under the lock): before anything else is queued or waited
+ * for, so the order and every wait stay as if it had been queued at once. */
+static bool release_held(cpu_queue *q)
+{
+    cpu_job *h = q->held;
+    q->held = NULL;
+    return h ? push_locked(q, h) : false;
+}
+
+static void push(cpu_queue *q, cpu_job *j)
+{
+    mtx_lock(&q->lock);
+    bool wake = release_held(q);
+    wake |= push_locked(q, j);
     mtx_unlock(&q->lock);
     if (wake)
         cnd_signal(&q->work);
+}
+
+/* Whether kernel job e can run as the epilogue of matmul job m, on m's output tiles as they
+ * become final: e is element-wise over exactly m's output elements, reads that output through
+ * one slot at flat position p (row-major, offset 0) and through no other, and writes neither
+ * the matmul's operands nor (except in place at the same positions) its output. */
+static bool kernel_fits_epilogue(const cpu_job *m, const cpu_job *e)
+{
+    const kir_kernel *k = &e->kernel->ir;
+    const rt_buffer *c = m->bufs[m->n_in];
+    int64_t numel = 1;
+    for (int d = 0; d < m->rec.out_rank; d++)
+        numel *= m->rec.out_shape[d];
+    if (k->n_stages || k->n_outer != k->rank)
+        return false;
+    int64_t stride[BURNC_MAX_RANK], n = 1;
+    for (int d = k->rank - 1; d >= 0; d--) {
+        stride[d] = n;
+        n *= e->args.extents[d];
+    }
+    if (n != numel)
+        return false;
+    int reads = 0;
+    for (int b = 0; b < k->n_inputs + k->n_outputs; b++) {
+        bool out = b >= k->n_inputs;
+        int s = out ? b - k->n_inputs : b;
+        if (out && (e->bufs[b] == m->bufs[0] || e->bufs[b] == m->bufs[1]))
+            return false;
+        if (e->bufs[b] != c)
+            continue;
+        const int64_t *st = (out ? e->args.out_strides : e->args.in_strides) + (size_t)s * (size_t)k->rank;
+        if ((out ? e->args.out_offsets : e->args.in_offsets)[s] != 0)
+            return false;
+        for (int d = 0; d < k->rank; d++)
+            if (e->args.extents[d] > 1 && st[d] != stride[d])
+                return false;
+        reads += !out;
+    }
+    return reads > 0;
 }
 
 burnc_status_t cpu_queue_record(cpu_queue *q, const ir_record *rec, rt_buffer *const *bufs)
@@ -289,7 +366,16 @@ burnc_status_t cpu_queue_record(cpu_queue *q, const ir_record *rec, rt_buffer *c
     j->n_in = rec->n_in;
     j->n_out = 1;
     memcpy(j->bufs, bufs, ((size_t)rec->n_in + 1) * sizeof *j->bufs);
-    push(q, j);
+    if (!cpu_gemm_handles(rec)) {
+        push(q, j);
+        return BURNC_OK;
+    }
+    mtx_lock(&q->lock); /* held until the next launch shows whether it is an epilogue */
+    bool wake = release_held(q);
+    q->held = j;
+    mtx_unlock(&q->lock);
+    if (wake)
+        cnd_signal(&q->work);
     return BURNC_OK;
 }
 
@@ -309,7 +395,19 @@ burnc_status_t cpu_queue_kernel(cpu_queue *q, rt_kernel *k, const kir_args *args
     j->params = *p;
     j->n_in = ir->n_inputs;
     j->n_out = ir->n_outputs;
-    push(q, j);
+    mtx_lock(&q->lock);
+    cpu_job *m = q->held;
+    if (m && kernel_fits_epilogue(m, j)) {
+        q->held = NULL;
+        m->epilogue = j;
+        j = m;
+        rt_log("fusion", "%s runs as the epilogue of the matmul before it, on its tiles", ir->name);
+    }
+    bool wake = release_held(q);
+    wake |= push_locked(q, j);
+    mtx_unlock(&q->lock);
+    if (wake)
+        cnd_signal(&q->work);
     return BURNC_OK;
 }
 
@@ -331,6 +429,8 @@ static void wait_done(cpu_queue *q, uint64_t seq)
 void cpu_queue_wait_buffer(cpu_queue *q, const cpu_buffer *b)
 {
     mtx_lock(&q->lock);
+    if (release_held(q))
+        cnd_signal(&q->work);
     wait_done(q, b->last_use);
     mtx_unlock(&q->lock);
 }
@@ -338,6 +438,8 @@ void cpu_queue_wait_buffer(cpu_queue *q, const cpu_buffer *b)
 void cpu_queue_drain(cpu_queue *q)
 {
     mtx_lock(&q->lock);
+    if (release_held(q))
+        cnd_signal(&q->work);
     wait_done(q, atomic_load(&q->queued));
     mtx_unlock(&q->lock);
 }
@@ -345,6 +447,8 @@ void cpu_queue_drain(cpu_queue *q)
 burnc_status_t cpu_queue_sync(cpu_queue *q)
 {
     mtx_lock(&q->lock);
+    if (release_held(q))
+        cnd_signal(&q->work);
     wait_done(q, atomic_load(&q->queued));
     burnc_status_t s = q->error;
     char msg[sizeof q->msg];
@@ -381,6 +485,7 @@ void cpu_queue_free(cpu_queue *q)
     if (!q)
         return;
     mtx_lock(&q->lock);
+    release_held(q);
     q->stop = true;
     cnd_signal(&q->work);
     mtx_unlock(&q->lock);
