@@ -198,6 +198,8 @@ static const struct workload {
      run_matmul_1024},
     {"matmul_2048", "f32 matmul 2048^3 against OpenBLAS cblas_sgemm", run_matmul_2048},
     {"matmul_4096", "f32 matmul 4096^3 against OpenBLAS cblas_sgemm", run_matmul_4096},
+    {"matmul_gelu", "gelu(A@B + bias) at 2048 f32: the epilogue on the matmul's tiles against matmul, then the "
+                    "epilogue as eager kernels", run_matmul_gelu},
     {"first_call", "first call of a new fused chain (record, fuse, compile, run), cold caches, fresh process",
      run_first_call},
     {"warm_start", "a fresh process with a warm disk cache: from exec to its first result; libLLVM mapped?",

@@ -160,3 +160,78 @@ static int run_matmul(bench_ctx *ctx, bench_result *out, int n)
 int run_matmul_1024(bench_ctx *ctx, bench_result *out) { return run_matmul(ctx, out, 1024); }
 int run_matmul_2048(bench_ctx *ctx, bench_result *out) { return run_matmul(ctx, out, 2048); }
 int run_matmul_4096(bench_ctx *ctx, bench_result *out) { return run_matmul(ctx, out, 4096); }
+
+/* ---- gelu(A @ B + bias) at 2048: the epilogue on the matmul's tiles against the same matmul
+ * followed by the epilogue as its own eager kernels (synced in between, fusion off) ---- */
+
+enum { EPI_N = 2048 };
+
+/* One run: fused (the epilogue runs on the tiles) or apart. ms, or -1 after printing why. */
+static double epilogue_run(bench_ctx *ctx, burnc_tensor_t *a, burnc_tensor_t *b, burnc_tensor_t *bias, bool fused,
+                           burnc_tensor_t **keep)
+{
+    double t0 = now_ns();
+    burnc_scope_begin();
+    burnc_tensor_t *c = burnc_matmul(a, b);
+    burnc_status_t s = BURNC_OK;
+    if (!fused) {
+        s = burnc_device_sync(ctx->dev);
+        burnc_device_set_fusion(ctx->dev, false);
+    }
+    burnc_tensor_t *y = burnc_tensor_keep(burnc_gelu(burnc_add(c, bias)));
+    burnc_scope_end();
+    if (s == BURNC_OK)
+        s = y ? burnc_device_sync(ctx->dev) : BURNC_ERR_INTERNAL;
+    double t1 = now_ns();
+    burnc_device_set_fusion(ctx->dev, true);
+    if (s != BURNC_OK) {
+        burnc_tensor_release(y);
+        bench_error("gelu(A@B + bias)");
+        return -1;
+    }
+    burnc_tensor_release(*keep);
+    *keep = y;
+    return (t1 - t0) * 1e-6;
+}
+
+int run_matmul_gelu(bench_ctx *ctx, bench_result *out)
+{
+    int64_t n = EPI_N, shape[2] = {EPI_N, EPI_N};
+    burnc_device_seed(ctx->dev, 11);
+    burnc_tensor_t *a = burnc_randn(ctx->dev, BURNC_DTYPE_F32, 2, shape), *b = burnc_randn(ctx->dev, BURNC_DTYPE_F32, 2, shape);
+    burnc_tensor_t *bias = burnc_randn(ctx->dev, BURNC_DTYPE_F32, 1, &n), *yf = NULL, *ya = NULL;
+    int reps = ctx->reps, status = a && b && bias && burnc_device_sync(ctx->dev) == BURNC_OK ? 0 : bench_error("inputs");
+    double *tf = calloc((size_t)reps, sizeof *tf), *ta = calloc((size_t)reps, sizeof *ta);
+    if (status == 0 && (!tf || !ta))
+        status = bench_fail("out of host memory");
+    for (int rep = -1; rep < reps && status == 0; rep++) { /* rep -1 warms up (compiles, tunes) */
+        double f = epilogue_run(ctx, a, b, bias, true, &yf), p = f < 0 ? -1 : epilogue_run(ctx, a, b, bias, false, &ya);
+        if (f < 0 || p < 0)
+            status = 1;
+        else if (rep >= 0)
+            tf[rep] = f, ta[rep] = p;
+    }
+    float *hf = status == 0 ? malloc((size_t)(n * n) * sizeof *hf) : NULL, *hp = hf ? malloc((size_t)(n * n) * sizeof *hp) : NULL;
+    if (status == 0 && (!hp || burnc_tensor_read(yf, hf, (size_t)(n * n) * sizeof *hf) != BURNC_OK ||
+                        burnc_tensor_read(ya, hp, (size_t)(n * n) * sizeof *hp) != BURNC_OK))
+        status = bench_error("reading the results");
+    if (status == 0) {
+        bool same = memcmp(hf, hp, (size_t)(n * n) * sizeof *hf) == 0;
+        double mf = median(tf, reps), mp = median(ta, reps);
+        add_metric(out, "fused_ms", mf, "ms", TARGET_NONE, 0);
+        add_metric(out, "apart_ms", mp, "ms", TARGET_NONE, 0);
+        add_metric(out, "fused_gflops", gflops(n, mf), "GF/s", TARGET_NONE, 0);
+        add_metric(out, "epilogue_speedup", mp / mf, "x", TARGET_AT_LEAST, 1.1);
+        add_metric(out, "fused_eq_apart", same, "bool", TARGET_NONE, 0);
+        snprintf(out->summary, sizeof out->summary,
+                 "2048^3 f32: epilogue on the tiles %.1f ms, matmul then eager epilogue %.1f ms: %.2fx (>= 1.1 %s); "
+                 "results %s",
+                 mf, mp, mp / mf, mp / mf >= 1.1 ? "ok" : "MISSED", same ? "bitwise equal" : "DIFFER");
+        if (!same)
+            status = bench_fail("matmul_gelu: the epilogue on the tiles changed the result");
+    }
+    free(hf), free(hp), free(tf), free(ta);
+    burnc_tensor_release(yf), burnc_tensor_release(ya);
+    burnc_tensor_release(a), burnc_tensor_release(b), burnc_tensor_release(bias);
+    return status;
+}
