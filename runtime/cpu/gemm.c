@@ -595,10 +595,13 @@ static double now_ms(void)
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
-/* Micro-kernel candidates: the same work (about 2^25 flops) on packed tiles that stay in L1
- * and L2, single-threaded: ms per candidate compares shapes directly. */
+/* Micro-kernel candidates: a whole 768^3 gemm on private buffers with each shape and its
+ * analytical blocking, on the pool. (Timing the kernels alone on tiles in L1 favoured the
+ * largest tiles, which lose at real sizes to packing and the caches.) */
+enum { UK_TUNE_N = 768 };
 typedef struct uk_bench {
     int bits;
+    cpu_threads *pool;
     char *a, *b, *c;
 } uk_bench;
 
@@ -607,18 +610,17 @@ static double time_uk(void *user, int c)
     uk_bench *ub = user;
     if (c >= N_UK)
         return -1;
-    ukernel k = uk_get(ub->bits, c);
-    if (k.lanes == 1)
+    gemm g = {.dt = ub->bits == 64 ? BURNC_DTYPE_F64 : BURNC_DTYPE_F32, .esz = ub->bits / 8,
+              .k = uk_get(ub->bits, c), .M = UK_TUNE_N, .N = UK_TUNE_N, .K = UK_TUNE_N, .batches = 1,
+              .a_rs = UK_TUNE_N, .a_cs = 1, .b_rs = UK_TUNE_N, .b_cs = 1, .a = ub->a, .b = ub->b, .c = ub->c};
+    if (g.k.lanes == 1)
         return -1; /* did not compile: the portable kernel is no candidate */
-    const int64_t kc = 256;
-    int64_t reps = ((int64_t)1 << 24) / (k.mr * k.nr * kc) + 1;
+    g.bl = blocking_for(&g.k, 0);
     double t0 = now_ms();
-    for (int64_t r = 0; r < reps; r++)
-        k.fn(kc, ub->a, ub->b, ub->c, k.nr, r > 0);
-    return now_ms() - t0;
+    return gemm_exec(&g, ub->pool) ? now_ms() - t0 : -1;
 }
 
-static int choose_uk(int bits)
+static int choose_uk(int bits, cpu_threads *pool)
 {
     bool valid[N_CANDS] = {0};
     for (int u = 0; u < N_UK; u++)
@@ -627,12 +629,12 @@ static int choose_uk(int bits)
     snprintf(key, sizeof key, "uk f%d v%d", bits, host_vector_bits());
     at_query q = {.fingerprint = cpu_tune_fingerprint(), .family = &family, .key = key, .heuristic = uk_heuristic(),
                   .valid = valid};
-    uk_bench ub = {.bits = bits};
-    int64_t es = bits / 8, most = 14 * 48 * 256 * es; /* the largest tile's packed operands */
-    bool timing = at_get_mode() == AT_MODE_ON && (ub.a = buffer(most)) && (ub.b = buffer(most)) &&
-                  (ub.c = buffer(14 * 48 * es));
-    if (timing) { /* small finite values: no overflow whatever the repetitions */
-        memset(ub.a, 0, (size_t)most), memset(ub.b, 0, (size_t)most), memset(ub.c, 0, (size_t)(14 * 48 * es));
+    uk_bench ub = {.bits = bits, .pool = pool};
+    int64_t bytes = (int64_t)UK_TUNE_N * UK_TUNE_N * (bits / 8);
+    bool timing = at_get_mode() == AT_MODE_ON && (ub.a = buffer(bytes)) && (ub.b = buffer(bytes)) &&
+                  (ub.c = buffer(bytes));
+    if (timing) { /* zeros: finite whatever the shape */
+        memset(ub.a, 0, (size_t)bytes), memset(ub.b, 0, (size_t)bytes);
     }
     int c = at_decide(&q, timing ? time_uk : NULL, &ub, NULL);
     free(ub.a), free(ub.b), free(ub.c);
@@ -765,7 +767,7 @@ burnc_status_t cpu_gemm_run(cpu_threads *pool, const ir_record *rec, rt_buffer *
     if (g.M * g.N * g.K < SMALL_WORK)
         g.k = portable(bits);
     else
-        g.k = uk_get(bits, choose_uk(bits));
+        g.k = uk_get(bits, choose_uk(bits, pool));
     g.bl = g.k.lanes > 1 ? choose_blocking(&g, pool) : blocking_for(&g.k, 0);
     bool narrow = g.dt == BURNC_DTYPE_F16 || g.dt == BURNC_DTYPE_BF16;
     int64_t n_out = g.batches * g.M * g.N;
