@@ -319,17 +319,27 @@ Test(autotune, recorded_launches_are_tuned_by_burnc_tune_file)
         x[i] = (float)i * 1e-3f, y[i] = 1.0f;
     chain(cpu, x, y, N, out);
     chain(cpu, x, y, N, out); /* the same launches: recorded once */
+    burnc_scope_begin(); /* a matmul is recorded as a workload */
+    int64_t sq[2] = {64, 64};
+    float prod[64 * 64];
+    BT_ASSERT_OK(burnc_tensor_read(burnc_matmul(bt_f32(cpu, 2, sq, x), bt_f32(cpu, 2, sq, y)), prod, sizeof prod));
+    burnc_scope_end();
     unsetenv("BURNC_AUTOTUNE_RECORD");
     FILE *f = fopen(rec, "r");
     cr_assert_not_null(f, "nothing recorded");
     char line[65536];
-    int lines = 0;
+    int lines = 0, matmuls = 0;
     while (fgets(line, sizeof line, f)) {
+        if (strcmp(line, "matmul:64x64x64:f32\n") == 0) {
+            matmuls++;
+            continue;
+        }
         cr_assert(strncmp(line, "cpu:kir1:", 9) == 0, "recorded line: %.40s", line);
         lines++;
     }
     fclose(f);
     cr_assert(lines >= 1 && lines <= 3, "%d lines recorded for one chain run twice", lines);
+    cr_assert_eq(matmuls, 1, "the matmul was recorded %d times", matmuls);
     /* a comment, a blank line and a workload may sit beside recorded lines */
     f = fopen(rec, "a");
     fprintf(f, "\n# and a workload\nexp:4096:f32\n");

@@ -738,6 +738,19 @@ static void narrow_out(void *dst, burnc_dtype_t dt, const float *src, int64_t n)
         d[i] = dt == BURNC_DTYPE_F16 ? burnc_f32_to_f16(src[i]) : burnc_f32_to_bf16(src[i]);
 }
 
+/* BURNC_AUTOTUNE_RECORD: the product as a burnc-tune workload (its blocking key is bucketed
+ * by M, N and K; layouts other than plain are tuned by the real launches). */
+static void record_workload(const gemm *g)
+{
+    const char *rec = getenv("BURNC_AUTOTUNE_RECORD");
+    if (!rec || !*rec || g->M * g->N * g->K < SMALL_WORK)
+        return;
+    char line[96];
+    snprintf(line, sizeof line, "matmul:%lldx%lldx%lld:%s", (long long)g->M, (long long)g->K, (long long)g->N,
+             ir_dtype_name(g->dt));
+    at_record_line(line);
+}
+
 burnc_status_t cpu_gemm_run(cpu_threads *pool, const ir_record *rec, rt_buffer *const *bufs,
                             void (*epi)(void *ctx, int64_t first, int64_t count), void *epi_ctx)
 {
@@ -764,6 +777,7 @@ burnc_status_t cpu_gemm_run(cpu_threads *pool, const ir_record *rec, rt_buffer *
     int bits = g.dt == BURNC_DTYPE_F64 ? 64 : 32;
     g.esz = bits / 8;
     call_once(&family_once, family_init);
+    record_workload(&g);
     if (g.M * g.N * g.K < SMALL_WORK)
         g.k = portable(bits);
     else
