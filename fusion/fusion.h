@@ -25,6 +25,8 @@ typedef struct fus_group {
     int64_t out_offsets[KIR_MAX_OUTPUTS], out_strides[KIR_MAX_OUTPUTS * BURNC_MAX_RANK];
     kir_scalar scalars[64];
     uint64_t key;        /* kir_hash of the kernel: the compiled-kernel cache key */
+    bool epilogue;       /* !opaque: element-wise work on the output of the matmul group just
+                            before it, which a backend may run on that matmul's tiles */
     char why_cut[96];    /* why the group ended where it did (BURNC_LOG=fusion) */
 } fus_group;
 

@@ -677,6 +677,20 @@ static void final_why(part *p, pgroup *g)
         snprintf(g->why, sizeof g->why, "no later record could join");
 }
 
+/* An element-wise kernel right after an opaque matmul that reads the matmul's output is that
+ * matmul's epilogue: the backend may run it on the product's tiles as they become final (the
+ * cpu device does when the kernel reads the product at the positions it writes). */
+static void mark_epilogue(const part *p, fus_plan *out, int gi)
+{
+    fus_group *fg = &out->groups[gi], *prev = gi > 0 ? &out->groups[gi - 1] : NULL;
+    if (!prev || !prev->opaque || fg->opaque || p->c.recs[prev->recs[0]]->op != IR_OP_MATMUL ||
+        fg->kernel.n_stages || fg->kernel.n_outer != fg->kernel.rank)
+        return;
+    for (int i = 0; i < fg->kernel.n_inputs; i++)
+        if (fg->in_storage[i] == p->c.recs[prev->recs[0]]->out)
+            fg->epilogue = true;
+}
+
 static burnc_status_t build_plan(part *p, fus_plan *out, fus_group_src *srcs)
 {
     out->groups = calloc((size_t)(p->n_groups ? p->n_groups : 1), sizeof *out->groups);
@@ -701,6 +715,7 @@ static burnc_status_t build_plan(part *p, fus_plan *out, fus_group_src *srcs)
                 return s;
         }
         snprintf(fg->why_cut, sizeof fg->why_cut, "%s", g->why);
+        mark_epilogue(p, out, gi);
     }
     return BURNC_OK;
 }

@@ -64,9 +64,11 @@ typedef struct rt_backend {
     /* Launches a compiled kernel. `args` holds the values of this launch (extents, offsets,
      * strides, scalars); its inputs/outputs addresses are ignored: the backend takes them from
      * ins[0..n_inputs) and outs[0..n_outputs). The backend copies what it keeps, so every
-     * array may be freed on return. May return before the work is done (see sync). */
+     * array may be freed on return. May return before the work is done (see sync). epilogue:
+     * fusion marked the kernel as the epilogue of the matmul launched just before it
+     * (fus_group.epilogue); the backend may run it on that matmul's tiles. */
     burnc_status_t (*launch_kernel)(rt_device *dev, rt_kernel *k, const kir_args *args, rt_buffer *const *ins,
-                                    rt_buffer *const *outs);
+                                    rt_buffer *const *outs, bool epilogue);
     /* Whether flushes fuse (false: eager, one kernel per record). Starts from BURNC_FUSION
      * (rt_fusion_default) at open; burnc_device_set_fusion changes it. */
     bool (*fusion_enabled)(rt_device *dev);

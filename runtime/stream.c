@@ -519,7 +519,7 @@ static void run_group(rt_device *dev, const fus_group *g, int gi)
     if (s == BURNC_OK) {
         kir_args args = {.extents = g->extents, .in_offsets = g->in_offsets, .in_strides = g->in_strides,
                          .out_offsets = g->out_offsets, .out_strides = g->out_strides, .scalars = g->scalars};
-        s = dev->be->launch_kernel(dev, compiled, &args, ins, outs);
+        s = dev->be->launch_kernel(dev, compiled, &args, ins, outs, g->epilogue);
     }
     if (s != BURNC_OK)
         fail_outputs(dev, (rt_storage *const *)g->out_storage, k->n_outputs, k->name, s);
@@ -536,10 +536,10 @@ static void log_group(const rt_device *dev, const fus_plan *p, int gi, ir_record
     if (g->opaque)
         rt_log("fusion", "%s group %d/%d: %s (opaque), cut: %s", dev->spec, gi + 1, p->n_groups, ops, g->why_cut);
     else
-        rt_log("fusion", "%s group %d/%d: %s, %d record%s (%s), %d input%s, %d output%s, cut: %s", dev->spec, gi + 1,
-               p->n_groups, g->kernel.name, g->n_recs, g->n_recs == 1 ? "" : "s", ops, g->kernel.n_inputs,
+        rt_log("fusion", "%s group %d/%d: %s, %d record%s (%s), %d input%s, %d output%s%s, cut: %s", dev->spec,
+               gi + 1, p->n_groups, g->kernel.name, g->n_recs, g->n_recs == 1 ? "" : "s", ops, g->kernel.n_inputs,
                g->kernel.n_inputs == 1 ? "" : "s", g->kernel.n_outputs, g->kernel.n_outputs == 1 ? "" : "s",
-               g->why_cut);
+               g->epilogue ? ", epilogue of the matmul before it" : "", g->why_cut);
 }
 
 /* BURNC_DUMP_DIR: the plan of every flush as <spec>-flush-<n>.dot. */

@@ -1509,3 +1509,28 @@ Test(fusion, random_graphs_agree_with_reference_and_eager)
     cr_assert_lt(total_groups * 2, total_recs, "%d kernels for %d records", total_groups, total_recs);
     BT_LEAK_CHECK();
 }
+
+/* Element-wise work right after a matmul that reads its product is marked as its epilogue; a
+ * reduction of the product, or element-wise work that does not read it, is not. */
+Test(fusion, matmul_epilogues_are_marked)
+{
+    const int64_t mk[2] = {8, 5}, kn[2] = {5, 6}, row[1] = {6};
+    for (int c = 0; c < 3; c++) {
+        tb *b = tb_new();
+        tt m = matmul(b, input(b, BURNC_DTYPE_F32, 2, mk), input(b, BURNC_DTYPE_F32, 2, kn));
+        tt other = input(b, BURNC_DTYPE_F32, 1, row);
+        if (c == 0)
+            keep(b, un(b, IR_OP_TANH, bin(b, IR_OP_ADD, m, other)));
+        else if (c == 1)
+            keep(b, reduce(b, IR_OP_SUM, m, 3, 0));
+        else
+            keep(b, m), keep(b, un(b, IR_OP_EXP, other));
+        fus_plan p = plan(b, true);
+        cr_assert_eq(p.n_groups, 2, "case %d: %d groups", c, p.n_groups);
+        cr_assert(p.groups[0].opaque && !p.groups[0].epilogue);
+        cr_assert_eq(p.groups[1].epilogue, c == 0, "case %d: epilogue %d", c, p.groups[1].epilogue);
+        fus_plan_free(&p);
+        free(b);
+    }
+    BT_LEAK_CHECK();
+}

@@ -237,7 +237,7 @@ static burnc_status_t cpu_compile_kernel(rt_device *dev, const kir_kernel *k, ui
 /* Autotune picks the code width, the task size and the store kind (tune.c); a width other
  * than the default is another compiled kernel of the same structure. */
 static burnc_status_t cpu_launch_kernel(rt_device *dev, rt_kernel *k, const kir_args *args, rt_buffer *const *ins,
-                                        rt_buffer *const *outs)
+                                        rt_buffer *const *outs, bool epilogue)
 {
     if (k->kind != CPU_KERNEL_COMPILED)
         return rt_fail(BURNC_ERR_INTERNAL, "cpu: launch_kernel of a record kernel");
@@ -247,7 +247,7 @@ static burnc_status_t cpu_launch_kernel(rt_device *dev, rt_kernel *k, const kir_
         RT_TRY(cpu_kernel_get(&cpu_dev(dev)->kernels, &k->ir, k->key, p.width, &k));
     kir_args a = *args;
     a.stream = p.stream ? (k->ir.n_outputs >= 32 ? ~0u : (1u << k->ir.n_outputs) - 1) : 0;
-    return cpu_queue_kernel(cpu_dev(dev)->queue, k, &a, &p, ins, outs);
+    return cpu_queue_kernel(cpu_dev(dev)->queue, k, &a, &p, ins, outs, epilogue);
 }
 
 static burnc_status_t cpu_sync(rt_device *dev) { return cpu_queue_sync(cpu_dev(dev)->queue); }

@@ -131,9 +131,10 @@ void cpu_queue_free(cpu_queue *q);
  * inputs, bufs[n_in] its output. */
 burnc_status_t cpu_queue_record(cpu_queue *q, const ir_record *rec, rt_buffer *const *bufs);
 /* Queues a launch of a compiled kernel with params p: copies args and p; ins/outs give the
- * buffers. */
+ * buffers. An epilogue (fus_group.epilogue) runs on the tiles of the float matmul queued just
+ * before it when it reads the product at the positions it writes and writes neither operand. */
 burnc_status_t cpu_queue_kernel(cpu_queue *q, rt_kernel *k, const kir_args *args, const cpu_params *p,
-                                rt_buffer *const *ins, rt_buffer *const *outs);
+                                rt_buffer *const *ins, rt_buffer *const *outs, bool epilogue);
 /* Waits until every job queued so far that uses b is done. */
 void cpu_queue_wait_buffer(cpu_queue *q, const cpu_buffer *b);
 /* Waits until the queue is empty. */

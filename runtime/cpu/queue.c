@@ -380,7 +380,7 @@ burnc_status_t cpu_queue_record(cpu_queue *q, const ir_record *rec, rt_buffer *c
 }
 
 burnc_status_t cpu_queue_kernel(cpu_queue *q, rt_kernel *k, const kir_args *args, const cpu_params *p,
-                                rt_buffer *const *ins, rt_buffer *const *outs)
+                                rt_buffer *const *ins, rt_buffer *const *outs, bool epilogue)
 {
     const kir_kernel *ir = &k->ir;
     layout l = {0};
@@ -397,11 +397,14 @@ burnc_status_t cpu_queue_kernel(cpu_queue *q, rt_kernel *k, const kir_args *args
     j->n_out = ir->n_outputs;
     mtx_lock(&q->lock);
     cpu_job *m = q->held;
-    if (m && kernel_fits_epilogue(m, j)) {
+    if (m && epilogue && kernel_fits_epilogue(m, j)) {
         q->held = NULL;
         m->epilogue = j;
         j = m;
         rt_log("fusion", "%s runs as the epilogue of the matmul before it, on its tiles", ir->name);
+    } else if (epilogue) {
+        rt_log("fusion", "%s, the matmul's epilogue, runs apart: it does not read the product at the positions "
+                         "it writes, or writes an operand", ir->name);
     }
     bool wake = release_held(q);
     wake |= push_locked(q, j);
