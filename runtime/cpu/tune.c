@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "autotune.h"
 #include "burnc_config.h"
@@ -89,9 +90,11 @@ static void init(void)
         cand_ptrs[c] = cand_names[c];
     }
     find_llc();
-    /* The host (CPUID: model and ISA features), the pool's size and the compiler. */
-    snprintf(fingerprint, sizeof fingerprint, "cpu %s | %d threads | llvm %s | burnc %s", kc_host_fingerprint(),
-             cpu_thread_count_default(),
+    /* The host (CPUID: model and ISA features), its core count, the pool's size (what the
+     * tuned split depends on) and the compiler. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(fingerprint, sizeof fingerprint, "cpu %s | %ld cores | %d threads | llvm %s | burnc %s",
+             kc_host_fingerprint(), cores > 0 ? cores : 1, cpu_thread_count_default(),
 #ifdef BURNC_LLVM_VERSION
              BURNC_LLVM_VERSION,
 #else
