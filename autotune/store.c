@@ -8,7 +8,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <pwd.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "codegen/kcache.h"
 #include "rt.h"
 
 enum {
@@ -50,75 +50,10 @@ struct at_store {
 
 /* ---- Files and directories --------------------------------------------------------------- */
 
-static char *path_join(const char *a, const char *b)
-{
-    char *p = NULL;
-    return asprintf(&p, "%s/%s", a, b) < 0 ? NULL : p;
-}
-
-/* The cache directory by the kernel cache's rule (codegen/kcache.c), malloc'ed; NULL with a
- * reason when nothing names one. */
-static char *base_dir(char *why, size_t cap)
-{
-    const char *env = getenv("BURNC_CACHE_DIR");
-    if (env && *env)
-        return strdup(env);
-    env = getenv("XDG_CACHE_HOME");
-    if (env && env[0] == '/') /* the XDG spec ignores relative values */
-        return path_join(env, "burnc");
-    const char *home = getenv("HOME");
-    if (!home || !*home) {
-        struct passwd *pw = getpwuid(getuid());
-        home = pw ? pw->pw_dir : NULL;
-    }
-    if (!home || !*home) {
-        snprintf(why, cap, "no cache directory: neither BURNC_CACHE_DIR, XDG_CACHE_HOME nor HOME is set");
-        return NULL;
-    }
-    return path_join(home, ".cache/burnc");
-}
-
 static char *parent_dir(const char *path)
 {
     const char *slash = strrchr(path, '/');
     return slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-}
-
-/* mkdir -p; the levels it creates get mode 0700, existing ones are left alone. A failure
- * shows in the trust check that follows. */
-static void make_dirs(char *path)
-{
-    for (char *s = path + 1;; s++) {
-        if (*s != '/' && *s != '\0')
-            continue;
-        char c = *s;
-        *s = '\0';
-        mkdir(path, 0700);
-        *s = c;
-        if (c == '\0')
-            return;
-    }
-}
-
-/* The store decides which code parameters run, so its directory must be this user's and
- * writable by nobody else. Writability goes by the owner's mode bit, as in the kernel cache:
- * for root, access() always says yes. */
-static bool dir_trusted(const char *dir, bool *writable, char *why, size_t cap)
-{
-    struct stat st;
-    if (stat(dir, &st) != 0)
-        snprintf(why, cap, "%s: %s", dir, strerror(errno));
-    else if (!S_ISDIR(st.st_mode))
-        snprintf(why, cap, "%s is not a directory", dir);
-    else if (st.st_uid != geteuid())
-        snprintf(why, cap, "%s belongs to uid %u, not to this user (uid %u)", dir, (unsigned)st.st_uid,
-                 (unsigned)geteuid());
-    else if (st.st_mode & (S_IWGRP | S_IWOTH))
-        snprintf(why, cap, "%s has mode %04o: group or others may write it (chmod 700 it)", dir,
-                 (unsigned)(st.st_mode & 07777));
-    else
-        return *writable = (st.st_mode & S_IWUSR) && access(dir, W_OK) == 0, true;
-    return false;
 }
 
 /* Moves a damaged database and its WAL files to <path>.damaged-<unix time>, kept for a
@@ -339,8 +274,8 @@ burnc_status_t at_store_open(const char *path, bool read_only, at_store **out)
         return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "at_store_open: out of memory");
     }
     char why[512] = "";
-    char *dir = path ? parent_dir(path) : base_dir(why, sizeof why);
-    s->path = !dir ? NULL : path ? strdup(path) : path_join(dir, AT_FILE);
+    char *dir = path ? parent_dir(path) : kc_cache_dir(why, sizeof why);
+    s->path = !dir ? NULL : path ? strdup(path) : kc_path_join(dir, AT_FILE);
     if (!s->path) {
         bool oom = dir || path;
         free(dir);
@@ -348,8 +283,8 @@ burnc_status_t at_store_open(const char *path, bool read_only, at_store **out)
                                     oom ? "out of memory" : why));
     }
     if (!read_only)
-        make_dirs(dir);
-    bool dir_writable = false, trusted = dir_trusted(dir, &dir_writable, why, sizeof why);
+        kc_make_dirs(dir);
+    bool dir_writable = false, trusted = kc_dir_trusted(dir, &dir_writable, why, sizeof why);
     free(dir);
     if (!trusted)
         return open_fail(s, rt_fail(BURNC_ERR_UNAVAILABLE, "at_store_open: cannot use the store's directory: %s", why));

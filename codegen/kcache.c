@@ -155,7 +155,7 @@ static void warn(const char *msg)
 
 /* ---- Directories ------------------------------------------------------------------------- */
 
-static char *path_join(const char *a, const char *b)
+char *kc_path_join(const char *a, const char *b)
 {
     size_t n = strlen(a) + strlen(b) + 2;
     char *p = malloc(n);
@@ -164,17 +164,14 @@ static char *path_join(const char *a, const char *b)
     return p;
 }
 
-/* The configured cache directory (malloc'ed), or NULL with a reason. */
-static char *base_dir(const kc_options *opt, char *why, size_t cap)
+char *kc_cache_dir(char *why, size_t cap)
 {
-    if (opt && opt->dir && *opt->dir)
-        return strdup(opt->dir);
     const char *env = getenv("BURNC_CACHE_DIR");
     if (env && *env)
         return strdup(env);
     env = getenv("XDG_CACHE_HOME");
     if (env && env[0] == '/') /* the spec ignores relative values */
-        return path_join(env, "burnc");
+        return kc_path_join(env, "burnc");
     const char *home = getenv("HOME");
     if (!home || !*home) {
         struct passwd *pw = getpwuid(getuid());
@@ -184,11 +181,11 @@ static char *base_dir(const kc_options *opt, char *why, size_t cap)
         snprintf(why, cap, "no cache directory: neither BURNC_CACHE_DIR, XDG_CACHE_HOME nor HOME is set");
         return NULL;
     }
-    return path_join(home, ".cache/burnc");
+    return kc_path_join(home, ".cache/burnc");
 }
 
 /* mkdir -p, each created level with mode 0700; existing levels are left as they are. */
-static bool make_dirs(const char *path)
+bool kc_make_dirs(const char *path)
 {
     char *p = strdup(path);
     if (!p)
@@ -211,7 +208,7 @@ static bool make_dirs(const char *path)
 
 /* The directory may hold code this process will run: it must be a directory of this user
  * that nobody else can write. */
-static bool dir_trusted(const char *path, bool *writable, char *why, size_t cap)
+bool kc_dir_trusted(const char *path, bool *writable, char *why, size_t cap)
 {
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -258,7 +255,7 @@ static char *entry_path(const kc_cache *c, uint64_t key)
 {
     char name[KC_NAME_LEN + 1];
     entry_name(name, key);
-    return path_join(c->dir, name);
+    return kc_path_join(c->dir, name);
 }
 
 /* Now, to the nanosecond: file times set from it order entries finer than the kernel's own
@@ -450,7 +447,7 @@ static void evict(kc_cache *c)
     if (total > c->max_bytes) {
         qsort(files, n, sizeof *files, by_age);
         for (size_t i = 0; i < n && total > goal; i++) {
-            char *p = path_join(c->dir, files[i].name);
+            char *p = kc_path_join(c->dir, files[i].name);
             if (p && (unlink(p) == 0 || errno == ENOENT))
                 total -= files[i].size;
             free(p);
@@ -469,7 +466,7 @@ bool kc_put(kc_cache *c, uint64_t key, const void *data, size_t size)
         return false;
     char tmp_name[64];
     snprintf(tmp_name, sizeof tmp_name, KC_TMP_PREFIX "%ld-%u", (long)getpid(), atomic_fetch_add(&c->serial, 1));
-    char *tmp = path_join(c->dir, tmp_name), *path = entry_path(c, key);
+    char *tmp = kc_path_join(c->dir, tmp_name), *path = entry_path(c, key);
     bool ok = false;
     int fd = -1;
     if (!tmp || !path)
@@ -526,15 +523,15 @@ kc_cache *kc_open(const kc_options *opt, char *why, size_t why_cap)
         why_cap = sizeof local;
     }
     why[0] = '\0';
-    char *base = base_dir(opt, why, why_cap), *dir = NULL;
+    char *base = opt && opt->dir && *opt->dir ? strdup(opt->dir) : kc_cache_dir(why, why_cap), *dir = NULL;
     kc_cache *c = NULL;
     bool writable = false;
     if (!base)
         goto fail;
-    make_dirs(base); /* a failure shows in the check below */
-    if (!dir_trusted(base, &writable, why, why_cap))
+    kc_make_dirs(base); /* a failure shows in the check below */
+    if (!kc_dir_trusted(base, &writable, why, why_cap))
         goto fail;
-    dir = path_join(base, "kernels");
+    dir = kc_path_join(base, "kernels");
     if (!dir) {
         snprintf(why, why_cap, "out of memory");
         goto fail;
@@ -543,7 +540,7 @@ kc_cache *kc_open(const kc_options *opt, char *why, size_t why_cap)
         snprintf(why, why_cap, "%s: %s", dir, strerror(errno));
         goto fail;
     }
-    if (!dir_trusted(dir, &writable, why, why_cap))
+    if (!kc_dir_trusted(dir, &writable, why, why_cap))
         goto fail;
     c = calloc(1, sizeof *c);
     if (!c || mtx_init(&c->lock, mtx_plain) != thrd_success) {

@@ -55,6 +55,17 @@ bool kc_get(kc_cache *c, uint64_t key, void **data, size_t *size);
  * than the cap, or an I/O error (logged). */
 bool kc_put(kc_cache *c, uint64_t key, const void *data, size_t size);
 
+/* The cache directory: $BURNC_CACHE_DIR, else $XDG_CACHE_HOME/burnc, else ~/.cache/burnc
+ * (malloc'ed), or NULL with a reason. Shared with the autotune store. */
+char *kc_cache_dir(char *why, size_t why_cap);
+/* a "/" b, malloc'ed (NULL when out of memory). */
+char *kc_path_join(const char *a, const char *b);
+/* mkdir -p; the levels it creates get mode 0700. False when a level could not be made. */
+bool kc_make_dirs(const char *path);
+/* Whether a directory may hold what burnc runs or obeys: this user's, writable by nobody else
+ * (else false with the reason); *writable by the owner's mode bit (for root too). */
+bool kc_dir_trusted(const char *path, bool *writable, char *why, size_t why_cap);
+
 /* A 64-bit hash of bytes (stable across processes and machines). */
 uint64_t kc_hash(const void *data, size_t size, uint64_t seed);
 
