@@ -41,6 +41,7 @@
 #include <time.h>
 
 #include "codegen/cg.h"
+#include "codegen/llvm_host.h"
 
 #define CG_EXPORT __attribute__((visibility("default")))
 
@@ -86,8 +87,7 @@ static int n_operands(int op) { return op <= KIR_REDUCED ? 0 : op <= KIR_ROUND ?
 
 /* ---- Errors and timings ------------------------------------------------------------------ */
 
-static bool failf(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool failf(char *err, size_t cap, const char *fmt, ...)
+bool cg_failf(char *err, size_t cap, const char *fmt, ...)
 {
     if (err && cap) {
         va_list ap;
@@ -102,7 +102,7 @@ static bool failf(char *err, size_t cap, const char *fmt, ...)
 static bool fail_llvm(char *err, size_t cap, const char *what, LLVMErrorRef e)
 {
     char *msg = LLVMGetErrorMessage(e);
-    failf(err, cap, "%s: %s", what, msg);
+    cg_failf(err, cap, "%s: %s", what, msg);
     LLVMDisposeErrorMessage(msg);
     return false;
 }
@@ -193,40 +193,40 @@ static bool check_kernel(const kir_kernel *k, char *err, size_t cap)
         k->n_inputs > KIR_MAX_INPUTS || k->n_outputs < 0 || k->n_outputs > KIR_MAX_OUTPUTS || k->n_stages < 0 ||
         k->n_stages > KIR_MAX_STAGES || k->n_stores < 0 || k->n_stores > KIR_MAX_OUTPUTS || k->n_scalars < 0 ||
         k->n_insts < 0 || (k->n_insts > 0 && !k->insts))
-        return failf(err, cap, "compile_cpu: the kernel's counts are out of range");
+        return cg_failf(err, cap, "compile_cpu: the kernel's counts are out of range");
     for (int s = 0; s < k->n_inputs + k->n_outputs; s++) {
         const kir_slot *sl = s < k->n_inputs ? &k->inputs[s] : &k->outputs[s - k->n_inputs];
         if (!dt_valid(sl->dtype))
-            return failf(err, cap, "compile_cpu %s: slot %d has dtype %d", k->name, s, (int)sl->dtype);
+            return cg_failf(err, cap, "compile_cpu %s: slot %d has dtype %d", k->name, s, (int)sl->dtype);
         for (int d = 0; d < k->rank; d++)
             if (sl->stride[d] > KIR_STRIDE_ANY)
-                return failf(err, cap, "compile_cpu %s: slot %d has stride class %d", k->name, s, sl->stride[d]);
+                return cg_failf(err, cap, "compile_cpu %s: slot %d has stride class %d", k->name, s, sl->stride[d]);
     }
     for (int i = 0; i < k->n_insts; i++) {
         const kir_inst *in = &k->insts[i];
         if (in->op >= KIR_OPCODE_COUNT || !t_value(in->type))
-            return failf(err, cap, "compile_cpu %s: %%%d has opcode %d, type %d", k->name, i, in->op, in->type);
+            return cg_failf(err, cap, "compile_cpu %s: %%%d has opcode %d, type %d", k->name, i, in->op, in->type);
         const int32_t ops[3] = {in->a, in->b, in->c};
         for (int j = 0; j < n_operands(in->op); j++)
             if (ops[j] < 0 || ops[j] >= i)
-                return failf(err, cap, "compile_cpu %s: %%%d reads %%%d", k->name, i, ops[j]);
+                return cg_failf(err, cap, "compile_cpu %s: %%%d reads %%%d", k->name, i, ops[j]);
         if (!(n_operands(in->op) == 0 ? leaf_ok(k, in) : inst_types_ok(k, in)))
-            return failf(err, cap, "compile_cpu %s: %%%d (opcode %d) has the wrong operand or result types", k->name, i,
+            return cg_failf(err, cap, "compile_cpu %s: %%%d (opcode %d) has the wrong operand or result types", k->name, i,
                          in->op);
     }
     for (int s = 0; s < k->n_stages; s++) {
         const kir_stage *st = &k->stages[s];
         if (st->combiner > KIR_COMBINE_ARGMIN || st->value < 0 || st->value >= k->n_insts)
-            return failf(err, cap, "compile_cpu %s: stage %d is malformed", k->name, s);
+            return cg_failf(err, cap, "compile_cpu %s: stage %d is malformed", k->name, s);
         int t = k->insts[st->value].type;
         if (st->combiner <= KIR_COMBINE_PROD && t == KIR_BOOL)
-            return failf(err, cap, "compile_cpu %s: stage %d sums booleans", k->name, s);
+            return cg_failf(err, cap, "compile_cpu %s: stage %d sums booleans", k->name, s);
     }
     for (int s = 0; s < k->n_stores; s++) {
         const kir_store *st = &k->stores[s];
         if (st->slot < 0 || st->slot >= k->n_outputs || st->value < 0 || st->value >= k->n_insts ||
             !store_ok(k->insts[st->value].type, k->outputs[st->slot].dtype))
-            return failf(err, cap, "compile_cpu %s: store %d is malformed", k->name, s);
+            return cg_failf(err, cap, "compile_cpu %s: store %d is malformed", k->name, s);
     }
     return true;
 }
@@ -2065,21 +2065,28 @@ static const char *host_cpu(void)
     return host_id ? host_id : "unknown";
 }
 
-static LLVMTargetMachineRef make_tm(char *err, size_t cap)
+LLVMTargetMachineRef cg_host_tm(char *err, size_t cap)
 {
+    pthread_once(&init_once, init_llvm);
+    if (init_error[0]) {
+        cg_failf(err, cap, "%s", init_error);
+        return NULL;
+    }
     LLVMTargetRef target;
     char *msg = NULL;
     if (LLVMGetTargetFromTriple(host_triple, &target, &msg)) {
-        failf(err, cap, "burnc-llvm: no target for %s: %s", host_triple, msg ? msg : "");
+        cg_failf(err, cap, "burnc-llvm: no target for %s: %s", host_triple, msg ? msg : "");
         LLVMDisposeMessage(msg);
         return NULL;
     }
     LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, host_triple, host_cpu_name, host_features,
                                                       LLVMCodeGenLevelAggressive, LLVMRelocPIC, LLVMCodeModelSmall);
     if (!tm)
-        failf(err, cap, "burnc-llvm: cannot create a target machine for %s", host_cpu_name);
+        cg_failf(err, cap, "burnc-llvm: cannot create a target machine for %s", host_cpu_name);
     return tm;
 }
+
+const char *cg_host_triple(void) { return host_triple; }
 
 /* One LLJIT per process; each kernel gets a JITDylib of its own (the three symbol names are
  * the same in every kernel), recycled after release. */
@@ -2097,7 +2104,7 @@ static bool jit_start(char *err, size_t cap)
 {
     if (jit)
         return true;
-    LLVMTargetMachineRef tm = make_tm(err, cap);
+    LLVMTargetMachineRef tm = cg_host_tm(err, cap);
     if (!tm)
         return false;
     LLVMOrcLLJITBuilderRef builder = LLVMOrcCreateLLJITBuilder();
@@ -2224,7 +2231,7 @@ static bool jit_link(LLVMMemoryBufferRef obj, shape sh, cg_cpu_kernel *out, char
     jit_kernel *jk = found ? malloc(sizeof *jk) : NULL;
     if (!jk) {
         jit_recycle(jd);
-        return failf(err, cap, "burnc-llvm: JIT lookup failed: %s", w.err[0] ? w.err : "a symbol is missing");
+        return cg_failf(err, cap, "burnc-llvm: JIT lookup failed: %s", w.err[0] ? w.err : "a symbol is missing");
     }
     for (int i = 0; i < w.n; i++) {
         uintptr_t a = (uintptr_t)w.addrs[i];
@@ -2296,7 +2303,7 @@ static bool optimize_and_emit(gen *g, LLVMTargetMachineRef tm, LLVMMemoryBufferR
 {
     char *msg = NULL;
     if (LLVMVerifyModule(g->mod, LLVMReturnStatusAction, &msg)) {
-        failf(err, cap, "burnc-llvm %s: invalid IR: %s", g->k->name, msg ? msg : "");
+        cg_failf(err, cap, "burnc-llvm %s: invalid IR: %s", g->k->name, msg ? msg : "");
         LLVMDisposeMessage(msg);
         return false;
     }
@@ -2312,7 +2319,7 @@ static bool optimize_and_emit(gen *g, LLVMTargetMachineRef tm, LLVMMemoryBufferR
     dump_ir(g->k, g->mod);
     msg = NULL;
     if (LLVMTargetMachineEmitToMemoryBuffer(tm, g->mod, LLVMObjectFile, &msg, out)) {
-        failf(err, cap, "burnc-llvm %s: code generation failed: %s", g->k->name, msg ? msg : "");
+        cg_failf(err, cap, "burnc-llvm %s: code generation failed: %s", g->k->name, msg ? msg : "");
         LLVMDisposeMessage(msg);
         return false;
     }
@@ -2330,17 +2337,14 @@ static bool compile_cpu_with(const kir_kernel *k, const cg_cpu_options *opt, cg_
     if (obj_size)
         *obj_size = 0;
     if (!out)
-        return failf(err, cap, "compile_cpu: no output");
+        return cg_failf(err, cap, "compile_cpu: no output");
     if (!check_kernel(k, err, cap))
         return false;
     if (opt && opt->elem_width && opt->elem_width != 8 && opt->elem_width != 16 && opt->elem_width != 32)
-        return failf(err, cap, "compile_cpu %s: element width %d is not 8, 16 or 32", k->name, opt->elem_width);
-    pthread_once(&init_once, init_llvm);
-    if (init_error[0])
-        return failf(err, cap, "%s", init_error);
+        return cg_failf(err, cap, "compile_cpu %s: element width %d is not 8, 16 or 32", k->name, opt->elem_width);
     cg_llvm_times tt = {0};
     double t0 = now_ms();
-    LLVMTargetMachineRef tm = make_tm(err, cap);
+    LLVMTargetMachineRef tm = cg_host_tm(err, cap);
     if (!tm)
         return false;
     gen g = {.k = k, .ctx = LLVMContextCreate()};
@@ -2370,7 +2374,7 @@ static bool compile_cpu_with(const kir_kernel *k, const cg_cpu_options *opt, cg_
         *obj = malloc(size ? size : 1);
         if (!*obj) {
             LLVMDisposeMemoryBuffer(buf);
-            return failf(err, cap, "compile_cpu %s: no memory for a %zu-byte object", k->name, size);
+            return cg_failf(err, cap, "compile_cpu %s: no memory for a %zu-byte object", k->name, size);
         }
         memcpy(*obj, LLVMGetBufferStart(buf), size);
         if (obj_size)

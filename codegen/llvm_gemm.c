@@ -17,42 +17,14 @@
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "codegen/cg.h"
+#include "codegen/llvm_host.h"
 
 enum { UNROLL = 4, MAX_ACC = 64 };
-
-static bool gfail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool gfail(char *err, size_t cap, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return false;
-}
-
-/* The host target, as llvm_cpu.c makes it (LLVM's initializers may run more than once). */
-static pthread_once_t host_once = PTHREAD_ONCE_INIT;
-static char *triple, *cpu_name, *features;
-
-static void host_init(void)
-{
-    LLVMInitializeX86TargetInfo();
-    LLVMInitializeX86Target();
-    LLVMInitializeX86TargetMC();
-    LLVMInitializeX86AsmPrinter();
-    triple = LLVMGetDefaultTargetTriple();
-    cpu_name = LLVMGetHostCPUName();
-    features = LLVMGetHostCPUFeatures();
-}
 
 typedef struct ukgen {
     LLVMContextRef ctx;
@@ -208,26 +180,15 @@ bool cg_llvm_compile_gemm(const cg_gemm_spec *s, void **obj, size_t *obj_size, c
     if (!s || (s->bits != 32 && s->bits != 64) || s->lanes < 1 || s->lanes > 16 || (s->lanes & (s->lanes - 1)) ||
         s->mr < 1 || s->nr < s->lanes || s->nr % s->lanes || s->mr * (s->nr / s->lanes) > MAX_ACC ||
         s->nr / s->lanes > MAX_ACC)
-        return gfail(err, cap, "compile_gemm: unsupported micro-kernel %dx%d, %d lanes of %d bits", s ? s->mr : 0,
+        return cg_failf(err, cap, "compile_gemm: unsupported micro-kernel %dx%d, %d lanes of %d bits", s ? s->mr : 0,
                      s ? s->nr : 0, s ? s->lanes : 0, s ? s->bits : 0);
-    pthread_once(&host_once, host_init);
-    if (!triple || !cpu_name || !features || strncmp(triple, "x86_64", 6) != 0)
-        return gfail(err, cap, "compile_gemm: the host (%s) is not x86-64", triple ? triple : "unknown");
-    LLVMTargetRef target;
-    char *msg = NULL;
-    if (LLVMGetTargetFromTriple(triple, &target, &msg)) {
-        gfail(err, cap, "compile_gemm: no target for %s: %s", triple, msg ? msg : "");
-        LLVMDisposeMessage(msg);
-        return false;
-    }
-    LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, triple, cpu_name, features, LLVMCodeGenLevelAggressive,
-                                                      LLVMRelocPIC, LLVMCodeModelSmall);
+    LLVMTargetMachineRef tm = cg_host_tm(err, cap);
     if (!tm)
-        return gfail(err, cap, "compile_gemm: cannot create a target machine for %s", cpu_name);
+        return false;
     ukgen g = {.ctx = LLVMContextCreate(), .mr = s->mr, .nr = s->nr, .lanes = s->lanes, .nv = s->nr / s->lanes};
     g.mod = LLVMModuleCreateWithNameInContext("burnc_gemm", g.ctx);
     g.b = LLVMCreateBuilderInContext(g.ctx);
-    LLVMSetTarget(g.mod, triple);
+    LLVMSetTarget(g.mod, cg_host_triple());
     LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
     LLVMSetModuleDataLayout(g.mod, layout);
     LLVMDisposeTargetData(layout);
@@ -238,9 +199,9 @@ bool cg_llvm_compile_gemm(const cg_gemm_spec *s, void **obj, size_t *obj_size, c
     build(&g);
 
     bool ok = true;
-    msg = NULL;
+    char *msg = NULL;
     if (LLVMVerifyModule(g.mod, LLVMReturnStatusAction, &msg))
-        ok = gfail(err, cap, "compile_gemm: invalid IR: %s", msg ? msg : "");
+        ok = cg_failf(err, cap, "compile_gemm: invalid IR: %s", msg ? msg : "");
     LLVMDisposeMessage(msg);
     LLVMMemoryBufferRef buf = NULL;
     if (ok) {
@@ -250,13 +211,13 @@ bool cg_llvm_compile_gemm(const cg_gemm_spec *s, void **obj, size_t *obj_size, c
         LLVMDisposePassBuilderOptions(opts);
         if (e) {
             char *m = LLVMGetErrorMessage(e);
-            ok = gfail(err, cap, "compile_gemm: default<O2>: %s", m);
+            ok = cg_failf(err, cap, "compile_gemm: default<O2>: %s", m);
             LLVMDisposeErrorMessage(m);
         }
     }
     msg = NULL;
     if (ok && LLVMTargetMachineEmitToMemoryBuffer(tm, g.mod, LLVMObjectFile, &msg, &buf)) {
-        ok = gfail(err, cap, "compile_gemm: code generation failed: %s", msg ? msg : "");
+        ok = cg_failf(err, cap, "compile_gemm: code generation failed: %s", msg ? msg : "");
         LLVMDisposeMessage(msg);
     }
     LLVMDisposeBuilder(g.b);
@@ -269,7 +230,7 @@ bool cg_llvm_compile_gemm(const cg_gemm_spec *s, void **obj, size_t *obj_size, c
     *obj = malloc(size ? size : 1);
     if (!*obj) {
         LLVMDisposeMemoryBuffer(buf);
-        return gfail(err, cap, "compile_gemm: no memory for a %zu-byte object", size);
+        return cg_failf(err, cap, "compile_gemm: no memory for a %zu-byte object", size);
     }
     memcpy(*obj, LLVMGetBufferStart(buf), size);
     *obj_size = size;
