@@ -82,6 +82,8 @@ bool cpu_llvm_module_available(void);
 const cg_llvm_api *cpu_llvm_api(void);
 
 /* ---- Matmul (gemm.c) ---------------------------------------------------------------------- */
+/* The size of the data caches of a level (1, 2, 3: the last), from sysfs (else defaults). */
+int64_t cpu_cache_size(int level);
 /* Whether cpu_gemm_run runs this record: MATMUL of f32, f64, f16 or bf16. */
 bool cpu_gemm_handles(const ir_record *rec);
 /* Runs a MATMUL record (bufs: a, b, out) with packed panels and the LLVM micro-kernel on the

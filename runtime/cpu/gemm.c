@@ -242,6 +242,12 @@ static void read_caches(void)
            (long long)(cache_l2 >> 10), (long long)(cache_l3 >> 10));
 }
 
+int64_t cpu_cache_size(int level)
+{
+    call_once(&caches_once, read_caches);
+    return level <= 1 ? cache_l1 : level == 2 ? cache_l2 : cache_l3;
+}
+
 typedef struct blocking {
     int64_t mc, kc, nc;
 } blocking;

@@ -41,7 +41,7 @@ static at_family fam_elementwise = {"cpu.elementwise", N_CANDS, cand_ptrs};
 static at_family fam_reduce = {"cpu.reduce", N_CANDS, cand_ptrs};
 
 static once_flag init_once = ONCE_FLAG_INIT;
-static size_t llc_bytes = (size_t)32 << 20;
+static size_t llc_bytes; /* outputs beyond it are read back from memory whatever the stores did */
 static char fingerprint[512];
 
 static cpu_params params_of(int c)
@@ -59,29 +59,6 @@ static int index_of(int width, int64_t task, bool stream)
     return (w * N_TASKS + t) * 2 + stream;
 }
 
-/* The largest cache sysfs lists for cpu0 (else 32 MiB): outputs beyond it are read back from
- * memory whatever the stores did. */
-static void find_llc(void)
-{
-    size_t best = 0;
-    for (int i = 0; i < 8; i++) {
-        char path[96];
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        unsigned long v = 0;
-        char unit = 0;
-        if (fscanf(f, "%lu%c", &v, &unit) >= 1) {
-            size_t bytes = unit == 'K' ? (size_t)v << 10 : unit == 'M' ? (size_t)v << 20 : (size_t)v;
-            best = bytes > best ? bytes : best;
-        }
-        fclose(f);
-    }
-    if (best >= ((size_t)1 << 20))
-        llc_bytes = best;
-}
-
 static void init(void)
 {
     for (int c = 0; c < N_CANDS; c++) {
@@ -89,7 +66,7 @@ static void init(void)
         snprintf(cand_names[c], sizeof cand_names[c], "w%d t%lld s%d", p.width, (long long)p.task_work, p.stream);
         cand_ptrs[c] = cand_names[c];
     }
-    find_llc();
+    llc_bytes = (size_t)cpu_cache_size(3);
     /* The host (CPUID: model and ISA features), its core count, the pool's size (what the
      * tuned split depends on) and the compiler. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
