@@ -393,55 +393,25 @@ BURNC_API burnc_status_t burnc_autotune_set_mode(const char *mode)
 
 /* ---- BURNC_AUTOTUNE_RECORD ---- */
 
-static struct {
-    mtx_t lock;
-    uint64_t *seen;
-    size_t cap, n;
-} rec;
-static once_flag rec_once = ONCE_FLAG_INIT;
-static void rec_init(void) { mtx_init(&rec.lock, mtx_plain); }
-
-static bool rec_first(uint64_t h) /* under the lock: true the first time h is seen */
-{
-    for (size_t i = h & (rec.cap - 1); rec.cap && rec.seen[i]; i = (i + 1) & (rec.cap - 1))
-        if (rec.seen[i] == h)
-            return false;
-    if (2 * (rec.n + 1) > rec.cap) {
-        size_t cap = rec.cap ? 2 * rec.cap : 64;
-        uint64_t *s = calloc(cap, sizeof *s);
-        if (!s)
-            return true;
-        for (size_t i = 0; i < rec.cap; i++)
-            if (rec.seen[i]) {
-                size_t j = rec.seen[i] & (cap - 1);
-                while (s[j])
-                    j = (j + 1) & (cap - 1);
-                s[j] = rec.seen[i];
-            }
-        free(rec.seen);
-        rec.seen = s;
-        rec.cap = cap;
-    }
-    size_t i = h & (rec.cap - 1);
-    while (rec.seen[i])
-        i = (i + 1) & (rec.cap - 1);
-    rec.seen[i] = h;
-    rec.n++;
-    return true;
-}
-
 void at_record_line(const char *line)
 {
     const char *path = getenv("BURNC_AUTOTUNE_RECORD");
     if (!path || !*path || !line)
         return;
-    call_once(&rec_once, rec_init);
-    uint64_t h = fnv(UINT64_C(0xcbf29ce484222325), line) | 1; /* 0 marks an empty slot */
-    mtx_lock(&rec.lock);
-    bool first = rec_first(h);
-    mtx_unlock(&rec.lock);
-    if (!first)
+    /* once per distinct line: lines share the decisions' map (ids of decisions hold \x1f, lines
+     * do not, so they never meet) */
+    call_once(&mem_once, mem_init);
+    uint64_t h = fnv(UINT64_C(0xcbf29ce484222325), line);
+    char *id = strdup(line);
+    mtx_lock(&mem.lock);
+    bool first = id && mem_find(line, h) < 0;
+    if (first)
+        mem_put(id, h, 0);
+    mtx_unlock(&mem.lock);
+    if (!first) {
+        free(id);
         return;
+    }
     /* One write(2) of the whole line on an O_APPEND descriptor: lines of several processes
      * recording into one file do not interleave. */
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
