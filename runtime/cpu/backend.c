@@ -246,7 +246,7 @@ static burnc_status_t cpu_launch_kernel(rt_device *dev, rt_kernel *k, const kir_
     if (p.width != (k->width ? k->width : cpu_default_width()))
         RT_TRY(cpu_kernel_get(&cpu_dev(dev)->kernels, &k->ir, k->key, p.width, &k));
     kir_args a = *args;
-    a.stream = p.stream ? (k->ir.n_outputs >= 32 ? ~0u : (1u << k->ir.n_outputs) - 1) : 0;
+    a.stream = cpu_stream_bits(&k->ir, p.stream);
     return cpu_queue_kernel(cpu_dev(dev)->queue, k, &a, &p, ins, outs, epilogue);
 }
 

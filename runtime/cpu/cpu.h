@@ -117,6 +117,8 @@ struct at_outcome;
  * launch for BURNC_AUTOTUNE_RECORD. how may be NULL. */
 burnc_status_t cpu_tune_choose(rt_device *dev, const kir_kernel *k, uint64_t key, const kir_args *args,
                                bool may_tune, cpu_params *out, struct at_outcome *how);
+/* kir_args.stream for k: every element output streams when stream, none otherwise. */
+uint32_t cpu_stream_bits(const kir_kernel *k, bool stream);
 /* The fingerprint autotune keys CPU decisions with. */
 const char *cpu_tune_fingerprint(void);
 /* rt_backend.tune_kernel. */

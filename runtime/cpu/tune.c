@@ -182,7 +182,7 @@ static double now_ms(void)
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
-static uint32_t stream_bits(const kir_kernel *k, bool stream)
+uint32_t cpu_stream_bits(const kir_kernel *k, bool stream)
 {
     return stream ? (k->n_outputs >= 32 ? ~0u : (1u << k->n_outputs) - 1) : 0;
 }
@@ -196,7 +196,7 @@ static double time_candidate(void *user, int c)
     cpu_device *cd = cpu_dev(b->dev);
     if (cpu_kernel_get(&cd->kernels, b->ir, b->key, p.width, &k) != BURNC_OK)
         return -1;
-    b->args.stream = stream_bits(b->ir, p.stream);
+    b->args.stream = cpu_stream_bits(b->ir, p.stream);
     int runs = 0;
     double t0 = now_ms(), t;
     do {
