@@ -230,6 +230,11 @@ typedef struct burnc_memory_report {
 } burnc_memory_report_t;
 
 BURNC_API burnc_status_t burnc_device_memory(burnc_device_t *dev, burnc_memory_report_t *out);
+/* The median time in seconds of `reps` copies of `bytes` bytes between two private buffers of
+ * the device by its own copy engine or copy command, timed on the device: the bandwidth yardstick
+ * of burnc-bench on GPUs. BURNC_ERR_UNAVAILABLE on devices whose memory is the host's (ref,
+ * cpu), BURNC_ERR_OUT_OF_MEMORY when the buffers do not fit. */
+BURNC_API burnc_status_t burnc_device_copy_time(burnc_device_t *dev, size_t bytes, int reps, double *seconds);
 
 /* ---- Tensor creation --------------------------------------------------------------------- */
 /* shape: `rank` dimensions (rank 0 is a scalar; shape may be NULL then); dimensions >= 0.

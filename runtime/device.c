@@ -337,6 +337,21 @@ burnc_status_t burnc_device_memory_cleanup(burnc_device_t *dev)
     return BURNC_OK;
 }
 
+burnc_status_t burnc_device_copy_time(burnc_device_t *dev, size_t bytes, int reps, double *seconds)
+{
+    CHECK_DEV(dev, "burnc_device_copy_time");
+    if (!seconds || bytes == 0 || reps < 1)
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "burnc_device_copy_time: bytes %zu, reps %d, seconds %p: "
+                       "need bytes > 0, reps >= 1 and a place for the result", bytes, reps, (void *)seconds);
+    if (!dev->be->copy_time)
+        return rt_fail(BURNC_ERR_UNAVAILABLE, "burnc_device_copy_time: %s has no copy engine of its own (its "
+                       "memory is the host's: measure host memory instead)", dev->spec);
+    mtx_lock(&dev->exec_lock);
+    burnc_status_t s = dev->be->copy_time(dev, bytes, reps, seconds);
+    mtx_unlock(&dev->exec_lock);
+    return s;
+}
+
 burnc_status_t burnc_device_memory(burnc_device_t *dev, burnc_memory_report_t *out)
 {
     CHECK_DEV(dev, "burnc_device_memory");

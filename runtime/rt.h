@@ -82,6 +82,12 @@ typedef struct rt_backend {
      * says what was decided. For burnc-tune --file. */
     burnc_status_t (*tune_kernel)(rt_device *dev, const kir_kernel *k, const kir_args *args,
                                   struct at_outcome *out);
+
+    /* ---- Measuring (NULL where the host's memory probes are the yardstick) ---- */
+    /* Median seconds of `reps` device-to-device copies of `bytes` bytes with the device's own
+     * copy engine or command (cuMemcpyDtoDAsync, vkCmdCopyBuffer), timed on the device, on
+     * private buffers: the bandwidth limit burnc-bench compares kernels with. */
+    burnc_status_t (*copy_time)(rt_device *dev, size_t bytes, int reps, double *seconds);
 } rt_backend;
 
 extern const rt_backend rt_ref_backend;
