@@ -185,25 +185,26 @@ static const struct workload {
     const char *name;
     const char *what;
     bench_fn run;
+    bool cpu_only; /* compares with a host library (OpenBLAS): not run on devices of their own memory */
 } workloads[] = {
-    {"record", "recording cost per element-wise op (excluding the flush), and the time to run them", run_record},
-    {"gelu", "x * (erf(x / sqrt2) + 1) / 2 * w + b over 2^25 f32 (Burn's custom GELU in elementary ops)", run_gelu},
-    {"softmax", "burnc_softmax over the rows of 4096x4096 f32 (max, sub, exp, sum, div)", run_softmax},
+    {"record", "recording cost per element-wise op (excluding the flush), and the time to run them", run_record, false},
+    {"gelu", "x * (erf(x / sqrt2) + 1) / 2 * w + b over 2^25 f32 (Burn's custom GELU in elementary ops)", run_gelu, false},
+    {"softmax", "burnc_softmax over the rows of 4096x4096 f32 (max, sub, exp, sum, div)", run_softmax, false},
     {"layer_norm", "burnc_layer_norm over the rows of 4096x4096 f32 (mean, sub, mul, mean, add, sqrt, div)",
-     run_layer_norm},
-    {"sum", "sum of 2^25 f32", run_sum},
-    {"bcast", "10 element-wise ops on 4096x4096 f32 with [4096] and [4096,1] operands", run_bcast},
-    {"small_ops", "20 small ops (10x mul+add) on 4096 f32: host time per iteration, sync included", run_small_ops},
+     run_layer_norm, false},
+    {"sum", "sum of 2^25 f32", run_sum, false},
+    {"bcast", "10 element-wise ops on 4096x4096 f32 with [4096] and [4096,1] operands", run_bcast, false},
+    {"small_ops", "20 small ops (10x mul+add) on 4096 f32: host time per iteration, sync included", run_small_ops, false},
     {"matmul_1024", "f32 matmul 1024x1024 @ 1024x1024 against OpenBLAS cblas_sgemm, same run, same threads",
-     run_matmul_1024},
-    {"matmul_2048", "f32 matmul 2048^3 against OpenBLAS cblas_sgemm", run_matmul_2048},
-    {"matmul_4096", "f32 matmul 4096^3 against OpenBLAS cblas_sgemm", run_matmul_4096},
+     run_matmul_1024, true},
+    {"matmul_2048", "f32 matmul 2048^3 against OpenBLAS cblas_sgemm", run_matmul_2048, true},
+    {"matmul_4096", "f32 matmul 4096^3 against OpenBLAS cblas_sgemm", run_matmul_4096, true},
     {"matmul_gelu", "gelu(A@B + bias) at 2048 f32: the epilogue on the matmul's tiles against matmul, then the "
-                    "epilogue as eager kernels", run_matmul_gelu},
+                    "epilogue as eager kernels", run_matmul_gelu, true},
     {"first_call", "first call of a new fused chain (record, fuse, compile, run), cold caches, fresh process",
-     run_first_call},
+     run_first_call, false},
     {"warm_start", "a fresh process with a warm disk cache: from exec to its first result; libLLVM mapped?",
-     run_warm_start},
+     run_warm_start, false},
 };
 enum { N_WORKLOADS = sizeof workloads / sizeof workloads[0] };
 
@@ -230,9 +231,13 @@ static void print_probes(const bench_ctx *ctx)
 {
     if (ctx->n_measured == 0)
         return;
-    printf("probes: plain C loops on %d thread%s over buffers of the workload's size, run in turn with its fused "
-           "and eager runs (medians of %d):\n",
-           probe_pool_threads(ctx->probes), probe_pool_threads(ctx->probes) == 1 ? "" : "s", ctx->reps);
+    if (ctx->device_copy)
+        printf("probes: the device's own copy of the workload's input bytes, run in turn with its fused and eager "
+               "runs (medians of %d):\n", ctx->reps);
+    else
+        printf("probes: plain C loops on %d thread%s over buffers of the workload's size, run in turn with its "
+               "fused and eager runs (medians of %d):\n",
+               probe_pool_threads(ctx->probes), probe_pool_threads(ctx->probes) == 1 ? "" : "s", ctx->reps);
     for (int i = 0; i < ctx->n_measured; i++) {
         const bench_probe_entry *e = &ctx->measured[i];
         char n[24];
@@ -504,6 +509,9 @@ static int run_all(const options *o, burnc_device_t *dev, char *self_exe)
     bench_ctx ctx = {.dev = dev, .reps = o->reps, .threads = device_thread_count(), .self_exe = self_exe,
                      .autotune = !o->no_autotune};
     ctx.probes = probe_pool_new(ctx.threads);
+    double copy_s;
+    ctx.device_copy = burnc_device_copy_time(dev, 1 << 20, 1, &copy_s) == BURNC_OK;
+    burnc_error_clear();
     printf("burnc-bench %s on %s (%s); %d repetitions; probes on %d threads (BURNC_NUM_THREADS, else all cores: "
            "the cpu device's rule)\n\n",
            burnc_version(), burnc_device_name(dev), burnc_device_spec(dev), o->reps,
@@ -516,6 +524,11 @@ static int run_all(const options *o, burnc_device_t *dev, char *self_exe)
     for (int w = 0; w < N_WORKLOADS; w++) {
         if (!selected(workloads[w].name, o->filters, o->nfilters))
             continue;
+        if (workloads[w].cpu_only && ctx.device_copy) {
+            fprintf(stderr, "burnc-bench: %s not run on %s: it compares the cpu matmul with OpenBLAS\n",
+                    workloads[w].name, burnc_device_spec(dev));
+            continue;
+        }
         double t0 = now_ns();
         if (workloads[w].run(&ctx, &res[w]) != 0) {
             fprintf(stderr, "burnc-bench: workload %s failed\n", workloads[w].name);

@@ -24,7 +24,8 @@ typedef struct bench_metric {
 
 /* The read/write mixes a memory-bound workload is compared with (TARGETS.md): write-allocate
  * caches make a 1-in/1-out job peak lower than a 3-in/1-out one, and a read-only job higher. */
-typedef enum { PROBE_COPY, PROBE_FMA, PROBE_READ, PROBE_N_MIXES } probe_mix;
+/* PROBE_DEVICE_COPY is no host probe: a GPU's own copy of the workload's bytes. */
+typedef enum { PROBE_COPY, PROBE_FMA, PROBE_READ, PROBE_N_MIXES, PROBE_DEVICE_COPY = PROBE_N_MIXES } probe_mix;
 
 typedef struct probe_pool probe_pool;
 
@@ -87,6 +88,9 @@ typedef struct bench_ctx {
     int threads;            /* the device's thread count (BURNC_NUM_THREADS or all cores) */
     const char *self_exe;   /* this program, for the fresh-process measurements */
     probe_pool *probes;
+    /* The device has a copy engine of its own (a GPU): its memory probe is a device copy of the
+     * workload's size (burnc_device_copy_time) and the workloads take the GPU sizes. */
+    bool device_copy;
     bench_probe_entry measured[BENCH_MAX_PROBES]; /* probes measured in this run, for the report */
     int n_measured;
 } bench_ctx;

@@ -279,12 +279,13 @@ bool probe_end(probe_run *r)
 
 const char *probe_mix_name(probe_mix mix)
 {
-    static const char *names[] = {"copy", "a*b+c", "sum"};
-    return (unsigned)mix < PROBE_N_MIXES ? names[mix] : "?";
+    static const char *names[] = {"copy", "a*b+c", "sum", "device copy"};
+    return (unsigned)mix <= PROBE_DEVICE_COPY ? names[mix] : "?";
 }
 
 const char *probe_mix_what(probe_mix mix)
 {
-    static const char *what[] = {"1 read + 1 write", "3 reads + 1 write", "1 read"};
-    return (unsigned)mix < PROBE_N_MIXES ? what[mix] : "?";
+    static const char *what[] = {"1 read + 1 write", "3 reads + 1 write", "1 read",
+                                 "the device's copy engine, 1 read + 1 write"};
+    return (unsigned)mix <= PROBE_DEVICE_COPY ? what[mix] : "?";
 }

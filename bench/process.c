@@ -19,7 +19,8 @@
 extern char **environ;
 
 enum { SMALL_CHAIN = 4096, BIG_CHAIN = 1 << 25, FIRST_REPS = 3, WARM_REPS = 5 };
-#define FIRST_CALL_TARGET_MS 20.0
+/* TARGETS.md: <= 20 ms on the cpu device; <= 150 ms on CUDA, whose driver JITs the PTX */
+#define FIRST_CALL_TARGET_MS (ctx->device_copy ? 150.0 : 20.0)
 #define WARM_START_TARGET_MS 60.0
 
 /* ---- The child ------------------------------------------------------------------------------ */
