@@ -181,6 +181,11 @@ void log_capture_end(void) { burnc_log_set_callback(NULL, NULL); }
 
 /* ---- The table of workloads -------------------------------------------------------------- */
 
+/* train.c: training steps of nn models over autodiff, and the child that measures peak memory */
+int run_train_mlp(bench_ctx *ctx, bench_result *out);
+int run_train_deep(bench_ctx *ctx, bench_result *out);
+int train_child_main(int argc, char **argv);
+
 static const struct workload {
     const char *name;
     const char *what;
@@ -205,6 +210,10 @@ static const struct workload {
      run_first_call, false},
     {"warm_start", "a fresh process with a warm disk cache: from exec to its first result; libLLVM mapped?",
      run_warm_start, false},
+    {"train_mlp", "training step of an MLP 784-1024-1024-10, batch 256, Adam; the Adam update alone", run_train_mlp,
+     false},
+    {"train_deep", "training step of 8 LayerNorm+GELU+Linear blocks, width 1024, batch 4096; peak memory with and "
+                   "without checkpointing (BURNC_BENCH_TRAIN_DEEP=BLOCKSxWIDTHxBATCH)", run_train_deep, false},
 };
 enum { N_WORKLOADS = sizeof workloads / sizeof workloads[0] };
 
@@ -564,6 +573,8 @@ static int run_all(const options *o, burnc_device_t *dev, char *self_exe)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "--child-train")) /* train_deep's fresh processes */
+        return train_child_main(argc, argv);
     options o = {.reps = 11, .filters = calloc((size_t)argc, sizeof(char *))};
     if (!o.filters)
         return 1;

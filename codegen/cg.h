@@ -9,6 +9,7 @@
 #define BURNC_CG_H
 
 #include "kernel.h"
+#include "ptx.h"
 
 /* A compiled CPU kernel: plain functions over kir_args.
  *  rows:   runs rows [begin, end) completely (stages, element stores, row stores). For a kernel
@@ -56,7 +57,7 @@ typedef struct cg_gemm_spec {
 #define CG_SYM_GEMM CG_SYM_ROWS
 
 /* What the LLVM module exports, as one table found with dlsym("burnc_llvm_api"). */
-enum { CG_LLVM_ABI = 3 };
+enum { CG_LLVM_ABI = 4 };
 typedef struct cg_llvm_api {
     int abi;          /* CG_LLVM_ABI */
     const char *llvm_version;
@@ -75,6 +76,11 @@ typedef struct cg_llvm_api {
      * (*obj, *obj_size), to be loaded with cg_object_load (its function is CG_SYM_GEMM). False
      * with the reason in err. */
     bool (*compile_gemm)(const cg_gemm_spec *spec, void **obj, size_t *obj_size, char *err, size_t err_cap);
+    /* Lowers k to PTX for opt->sm (codegen/llvm_ptx.c; ptx.h says which entries the module
+     * holds): a malloc'ed NUL-terminated text in *ptx, its length without the NUL in *ptx_size.
+     * False with the reason in err (e.g. a compute capability below 7.0). */
+    bool (*compile_ptx)(const kir_kernel *k, const cg_ptx_options *opt, char **ptx, size_t *ptx_size, char *err,
+                        size_t err_cap);
 } cg_llvm_api;
 
 /* Loads a relocatable x86-64 ELF object made by compile_cpu (codegen/objload.c): maps its

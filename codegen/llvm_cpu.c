@@ -41,49 +41,13 @@
 #include <time.h>
 
 #include "codegen/cg.h"
+#include "codegen/llvm_emit.h"
 #include "codegen/llvm_host.h"
 
 #define CG_EXPORT __attribute__((visibility("default")))
 
 enum { W = KIR_LANES, LEAF_SHIFT = 12, STACK_DEPTH = 64, STASH_MAX = 16384, STASH_VALUES = 2 };
 _Static_assert(KIR_LEAF == 1 << LEAF_SHIFT, "leaf size is a power of two");
-
-/* ---- Type facts (kernel.h; libburnc's helpers are not visible from here) ----------------- */
-
-static bool t_fp(int t) { return t == KIR_F32 || t == KIR_F64; }
-static bool t_sint(int t) { return t == KIR_I32 || t == KIR_I64; }
-static bool t_value(int t) { return t >= KIR_BOOL && t <= KIR_F64; }
-
-static int t_bits(int t)
-{
-    switch (t) {
-    case KIR_BOOL: return 1;
-    case KIR_U8: return 8;
-    case KIR_I32:
-    case KIR_U32:
-    case KIR_F32: return 32;
-    default: return 64;
-    }
-}
-
-static bool dt_valid(burnc_dtype_t dt) { return dt >= BURNC_DTYPE_F32 && dt <= BURNC_DTYPE_BOOL; }
-
-/* The value type a load of dt gives (kir_type_of). */
-static int dt_type(burnc_dtype_t dt)
-{
-    switch (dt) {
-    case BURNC_DTYPE_F64: return KIR_F64;
-    case BURNC_DTYPE_I32: return KIR_I32;
-    case BURNC_DTYPE_I64: return KIR_I64;
-    case BURNC_DTYPE_U8: return KIR_U8;
-    case BURNC_DTYPE_BOOL: return KIR_BOOL;
-    default: return KIR_F32;
-    }
-}
-
-static bool dt_narrow(burnc_dtype_t dt) { return dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16; }
-static bool is_arg_comb(int c) { return c == KIR_COMBINE_ARGMAX || c == KIR_COMBINE_ARGMIN; }
-static int n_operands(int op) { return op <= KIR_REDUCED ? 0 : op <= KIR_ROUND ? 1 : op <= KIR_GE ? 2 : 3; }
 
 /* ---- Errors and timings ------------------------------------------------------------------ */
 
@@ -120,125 +84,10 @@ typedef struct cg_llvm_times {
 } cg_llvm_times;
 static _Thread_local cg_llvm_times last_times;
 
-/* ---- The kernel's structure, checked before any IR is built ------------------------------ */
-
-/* kir_valid's type rules, restated: LLVM would accept an operand of the wrong width and
- * then store 8 bytes into a 4-byte slot, so a kernel that breaks them never reaches the
- * builder. */
-static bool inst_types_ok(const kir_kernel *k, const kir_inst *in)
-{
-    int t = in->type, ta = in->a >= 0 ? k->insts[in->a].type : -1;
-    int tb = n_operands(in->op) >= 2 ? k->insts[in->b].type : t;
-    int tc = n_operands(in->op) >= 3 ? k->insts[in->c].type : t;
-    bool arith = t != KIR_BOOL;
-    switch (in->op) {
-    case KIR_NEG:
-    case KIR_ABS: return arith && ta == t;
-    case KIR_SQRT:
-    case KIR_FLOOR:
-    case KIR_CEIL:
-    case KIR_TRUNC:
-    case KIR_RINT: return t_fp(t) && ta == t;
-    case KIR_NOT: return !t_fp(t) && ta == t;
-    case KIR_CONVERT: return t_value(ta);
-    case KIR_BITCAST: return t != KIR_BOOL && ta != KIR_BOOL && t_bits(t) == t_bits(ta);
-    case KIR_ROUND: return t == KIR_F32 && ta == KIR_F32 && (in->imm.i == KIR_F16 || in->imm.i == KIR_BF16);
-    case KIR_ADD:
-    case KIR_SUB:
-    case KIR_MUL:
-    case KIR_DIV:
-    case KIR_REM: return arith && ta == t && tb == t;
-    case KIR_MULHI: return (t == KIR_U32 || t == KIR_U64) && ta == t && tb == t;
-    case KIR_AND:
-    case KIR_OR:
-    case KIR_XOR: return !t_fp(t) && ta == t && tb == t;
-    case KIR_SHL:
-    case KIR_SHR: return arith && !t_fp(t) && ta == t && tb == t;
-    case KIR_EQ:
-    case KIR_NE:
-    case KIR_LT:
-    case KIR_LE:
-    case KIR_GT:
-    case KIR_GE: return t == KIR_BOOL && ta == tb;
-    case KIR_FMA: return t_fp(t) && ta == t && tb == t && tc == t;
-    case KIR_SELECT: return ta == KIR_BOOL && tb == t && tc == t;
-    default: return false;
-    }
-}
-
-static bool leaf_ok(const kir_kernel *k, const kir_inst *in)
-{
-    switch (in->op) {
-    case KIR_LOAD: return in->a >= 0 && in->a < k->n_inputs && in->type == dt_type(k->inputs[in->a].dtype);
-    case KIR_CONST: return true;
-    case KIR_ARG: return in->a >= 0 && in->a < k->n_scalars;
-    case KIR_INDEX:
-    case KIR_EXTENT: return in->a >= 0 && in->a < k->rank && in->type == KIR_I64;
-    case KIR_ROW_LEN: return in->type == KIR_I64;
-    default: /* KIR_REDUCED */
-        if (in->a < 0 || in->a >= k->n_stages || k->stages[in->a].value < 0 || k->stages[in->a].value >= k->n_insts)
-            return false;
-        return in->type == (is_arg_comb(k->stages[in->a].combiner) ? KIR_I64 : k->insts[k->stages[in->a].value].type);
-    }
-}
-
-static bool store_ok(int t, burnc_dtype_t dt)
-{
-    return t == dt_type(dt) || (dt_narrow(dt) && t != KIR_BOOL && t != KIR_F32);
-}
-
-static bool check_kernel(const kir_kernel *k, char *err, size_t cap)
-{
-    if (!k || k->rank < 0 || k->rank > BURNC_MAX_RANK || k->n_outer < 0 || k->n_outer > k->rank || k->n_inputs < 0 ||
-        k->n_inputs > KIR_MAX_INPUTS || k->n_outputs < 0 || k->n_outputs > KIR_MAX_OUTPUTS || k->n_stages < 0 ||
-        k->n_stages > KIR_MAX_STAGES || k->n_stores < 0 || k->n_stores > KIR_MAX_OUTPUTS || k->n_scalars < 0 ||
-        k->n_insts < 0 || (k->n_insts > 0 && !k->insts))
-        return cg_failf(err, cap, "compile_cpu: the kernel's counts are out of range");
-    for (int s = 0; s < k->n_inputs + k->n_outputs; s++) {
-        const kir_slot *sl = s < k->n_inputs ? &k->inputs[s] : &k->outputs[s - k->n_inputs];
-        if (!dt_valid(sl->dtype))
-            return cg_failf(err, cap, "compile_cpu %s: slot %d has dtype %d", k->name, s, (int)sl->dtype);
-        for (int d = 0; d < k->rank; d++)
-            if (sl->stride[d] > KIR_STRIDE_ANY)
-                return cg_failf(err, cap, "compile_cpu %s: slot %d has stride class %d", k->name, s, sl->stride[d]);
-    }
-    for (int i = 0; i < k->n_insts; i++) {
-        const kir_inst *in = &k->insts[i];
-        if (in->op >= KIR_OPCODE_COUNT || !t_value(in->type))
-            return cg_failf(err, cap, "compile_cpu %s: %%%d has opcode %d, type %d", k->name, i, in->op, in->type);
-        const int32_t ops[3] = {in->a, in->b, in->c};
-        for (int j = 0; j < n_operands(in->op); j++)
-            if (ops[j] < 0 || ops[j] >= i)
-                return cg_failf(err, cap, "compile_cpu %s: %%%d reads %%%d", k->name, i, ops[j]);
-        if (!(n_operands(in->op) == 0 ? leaf_ok(k, in) : inst_types_ok(k, in)))
-            return cg_failf(err, cap, "compile_cpu %s: %%%d (opcode %d) has the wrong operand or result types", k->name, i,
-                         in->op);
-    }
-    for (int s = 0; s < k->n_stages; s++) {
-        const kir_stage *st = &k->stages[s];
-        if (st->combiner > KIR_COMBINE_ARGMIN || st->value < 0 || st->value >= k->n_insts)
-            return cg_failf(err, cap, "compile_cpu %s: stage %d is malformed", k->name, s);
-        int t = k->insts[st->value].type;
-        if (st->combiner <= KIR_COMBINE_PROD && t == KIR_BOOL)
-            return cg_failf(err, cap, "compile_cpu %s: stage %d sums booleans", k->name, s);
-    }
-    for (int s = 0; s < k->n_stores; s++) {
-        const kir_store *st = &k->stores[s];
-        if (st->slot < 0 || st->slot >= k->n_outputs || st->value < 0 || st->value >= k->n_insts ||
-            !store_ok(k->insts[st->value].type, k->outputs[st->slot].dtype))
-            return cg_failf(err, cap, "compile_cpu %s: store %d is malformed", k->name, s);
-    }
-    return true;
-}
-
 /* ---- Module-wide emission state ---------------------------------------------------------- */
 
 typedef struct gen {
-    const kir_kernel *k;
-    LLVMContextRef ctx;
-    LLVMModuleRef mod;
-    LLVMBuilderRef b;
-    LLVMTypeRef t_void, t_i1, t_i8, t_i16, t_i32, t_i64, t_f32, t_f64, t_ptr;
+    cg_emit e; /* what the shared lowering (llvm_emit.c) needs */
     unsigned md_scope, md_noalias, md_loop, md_nontemporal;
     int elem_width; /* lanes of the element-store loops' vector steps */
     /* Outputs never alias inputs or each other (the fusion pass's promise): input loads are in
@@ -252,75 +101,8 @@ typedef struct gen {
     int32_t stash[STASH_VALUES]; /* their instructions */
 } gen;
 
-static LLVMTypeRef vty(LLVMTypeRef e, int w) { return w > 1 ? LLVMVectorType(e, (unsigned)w) : e; }
-
-static LLVMTypeRef ty_of(gen *g, int t)
-{
-    switch (t) {
-    case KIR_BOOL: return g->t_i1;
-    case KIR_U8: return g->t_i8;
-    case KIR_I32:
-    case KIR_U32: return g->t_i32;
-    case KIR_F32: return g->t_f32;
-    case KIR_F64: return g->t_f64;
-    default: return g->t_i64;
-    }
-}
-
-/* How a dtype is held in memory: f16 and bf16 as their bits, bool as a byte. */
-static LLVMTypeRef mem_ty(gen *g, burnc_dtype_t dt)
-{
-    switch (dt) {
-    case BURNC_DTYPE_F32: return g->t_f32;
-    case BURNC_DTYPE_F64: return g->t_f64;
-    case BURNC_DTYPE_F16:
-    case BURNC_DTYPE_BF16: return g->t_i16;
-    case BURNC_DTYPE_I32: return g->t_i32;
-    case BURNC_DTYPE_I64: return g->t_i64;
-    default: return g->t_i8;
-    }
-}
-
-static unsigned mem_align(burnc_dtype_t dt)
-{
-    switch (dt) {
-    case BURNC_DTYPE_F64:
-    case BURNC_DTYPE_I64: return 8;
-    case BURNC_DTYPE_F32:
-    case BURNC_DTYPE_I32: return 4;
-    case BURNC_DTYPE_F16:
-    case BURNC_DTYPE_BF16: return 2;
-    default: return 1;
-    }
-}
-
 /* ---- Constants and small builders -------------------------------------------------------- */
 
-static LLVMValueRef ksplat(LLVMValueRef s, int w)
-{
-    if (w == 1)
-        return s;
-    LLVMValueRef a[W];
-    for (int i = 0; i < w; i++)
-        a[i] = s;
-    return LLVMConstVector(a, (unsigned)w);
-}
-
-static LLVMValueRef kint(LLVMTypeRef e, uint64_t v, int w) { return ksplat(LLVMConstInt(e, v, 0), w); }
-
-/* A float constant from its exact bits, so NaNs keep their payload. */
-static LLVMValueRef kfp(gen *g, int t, double v, int w)
-{
-    if (t == KIR_F32) {
-        float f = (float)v;
-        uint32_t u;
-        memcpy(&u, &f, sizeof u);
-        return ksplat(LLVMConstBitCast(LLVMConstInt(g->t_i32, u, 0), g->t_f32), w);
-    }
-    uint64_t u;
-    memcpy(&u, &v, sizeof u);
-    return ksplat(LLVMConstBitCast(LLVMConstInt(g->t_i64, u, 0), g->t_f64), w);
-}
 
 static LLVMValueRef splat(gen *g, LLVMValueRef s, int w)
 {
@@ -329,39 +111,25 @@ static LLVMValueRef splat(gen *g, LLVMValueRef s, int w)
     if (LLVMIsConstant(s))
         return ksplat(s, w);
     LLVMTypeRef vt = LLVMVectorType(LLVMTypeOf(s), (unsigned)w);
-    LLVMValueRef v = LLVMBuildInsertElement(g->b, LLVMGetPoison(vt), s, LLVMConstInt(g->t_i32, 0, 0), "");
-    return LLVMBuildShuffleVector(g->b, v, LLVMGetPoison(vt), LLVMConstNull(LLVMVectorType(g->t_i32, (unsigned)w)), "");
+    LLVMValueRef v = LLVMBuildInsertElement(g->e.b, LLVMGetPoison(vt), s, LLVMConstInt(g->e.t_i32, 0, 0), "");
+    return LLVMBuildShuffleVector(g->e.b, v, LLVMGetPoison(vt), LLVMConstNull(LLVMVectorType(g->e.t_i32, (unsigned)w)),
+                                  "");
 }
 
 static LLVMValueRef iota(gen *g, int w)
 {
     LLVMValueRef a[W];
     for (int i = 0; i < w; i++)
-        a[i] = LLVMConstInt(g->t_i64, (unsigned long long)i, 0);
+        a[i] = LLVMConstInt(g->e.t_i64, (unsigned long long)i, 0);
     return LLVMConstVector(a, (unsigned)w);
-}
-
-static LLVMValueRef call_intrinsic(gen *g, const char *name, LLVMTypeRef *tys, int n_tys, LLVMValueRef *args,
-                                   int n_args)
-{
-    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
-    LLVMValueRef fn = LLVMGetIntrinsicDeclaration(g->mod, id, tys, (size_t)n_tys);
-    LLVMTypeRef fty = LLVMIntrinsicGetType(g->ctx, id, tys, (size_t)n_tys);
-    return LLVMBuildCall2(g->b, fty, fn, args, (unsigned)n_args, "");
-}
-
-static LLVMValueRef intrinsic1(gen *g, const char *name, LLVMValueRef a)
-{
-    LLVMTypeRef t = LLVMTypeOf(a);
-    return call_intrinsic(g, name, &t, 1, &a, 1);
 }
 
 static LLVMValueRef umin(gen *g, LLVMValueRef a, LLVMValueRef b)
 {
-    return LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntULT, a, b, ""), a, b, "");
+    return LLVMBuildSelect(g->e.b, LLVMBuildICmp(g->e.b, LLVMIntULT, a, b, ""), a, b, "");
 }
 
-static LLVMMetadataRef md_str(gen *g, const char *s) { return LLVMMDStringInContext2(g->ctx, s, strlen(s)); }
+static LLVMMetadataRef md_str(gen *g, const char *s) { return LLVMMDStringInContext2(g->e.ctx, s, strlen(s)); }
 
 static void tag(gen *g, LLVMValueRef inst, LLVMValueRef scope, LLVMValueRef noalias)
 {
@@ -371,389 +139,15 @@ static void tag(gen *g, LLVMValueRef inst, LLVMValueRef scope, LLVMValueRef noal
         LLVMSetMetadata(inst, g->md_noalias, noalias);
 }
 
-/* ---- f16 and bf16, in integer code ------------------------------------------------------- */
-
-typedef struct fpfmt {
-    int bits, mant, exp_bits, bias;
-} fpfmt;
-
-static const fpfmt FMT_F32 = {32, 23, 8, 127}, FMT_F64 = {64, 52, 11, 1023};
-static const fpfmt FMT_F16 = {16, 10, 5, 15}, FMT_BF16 = {16, 7, 8, 127};
-
-/* Rounds the float whose bits are x (format s) to format d, to nearest even, once: NaNs stay
- * quiet NaNs with the payload's top bits, overflow gives infinity, results below d's normal
- * range round at d's subnormal spacing. Returns d's 16 bits. Mirrors ir/dtype.c's
- * narrow_round, branch-free so that it vectorizes. */
-static LLVMValueRef narrow_bits(gen *g, LLVMValueRef x, fpfmt s, fpfmt d, int w)
-{
-    LLVMBuilderRef b = g->b;
-    LLVMTypeRef it = LLVMIntTypeInContext(g->ctx, (unsigned)s.bits);
-    const uint64_t one = 1;
-    int shift_d = s.mant - d.mant;
-#define KS(v) kint(it, (uint64_t)(v), w)
-    LLVMValueRef au = LLVMBuildAnd(b, x, KS((one << (s.bits - 1)) - 1), "");
-    LLVMValueRef sign = LLVMBuildTrunc(b, LLVMBuildLShr(b, x, KS(s.bits - 16), ""), vty(g->t_i16, w), "");
-    sign = LLVMBuildAnd(b, sign, kint(g->t_i16, 0x8000, w), "");
-
-    uint64_t inf_s = ((one << s.exp_bits) - 1) << s.mant, inf_d = ((one << d.exp_bits) - 1) << d.mant;
-    LLVMValueRef is_nan = LLVMBuildICmp(b, LLVMIntUGT, au, KS(inf_s), "");
-    LLVMValueRef payload = LLVMBuildAnd(b, LLVMBuildLShr(b, au, KS(shift_d), ""), KS((one << d.mant) - 1), "");
-    LLVMValueRef nan = LLVMBuildOr(b, payload, KS(inf_d | (one << (d.mant - 1))), "");
-
-    int emax_d = (1 << d.exp_bits) - 2 - d.bias;
-    uint64_t over = ((uint64_t)(emax_d + s.bias) << s.mant) | (((one << (d.mant + 1)) - 1) << (shift_d - 1));
-    LLVMValueRef is_over = LLVMBuildICmp(b, LLVMIntUGE, au, KS(over), "");
-    LLVMValueRef is_normal = LLVMBuildICmp(b, LLVMIntUGE, au, KS((uint64_t)(1 - d.bias + s.bias) << s.mant), "");
-
-    /* Normal results: rebias, then round at bit shift_d (the carry may bump the exponent). */
-    LLVMValueRef odd = LLVMBuildAnd(b, LLVMBuildLShr(b, au, KS(shift_d), ""), KS(1), "");
-    LLVMValueRef nr = LLVMBuildSub(b, au, KS((uint64_t)(s.bias - d.bias) << s.mant), "");
-    nr = LLVMBuildAdd(b, nr, KS((one << (shift_d - 1)) - 1), "");
-    nr = LLVMBuildLShr(b, LLVMBuildAdd(b, nr, odd, ""), KS(shift_d), "");
-
-    /* Subnormal results: the significand m times 2^(e - bias - mant), counted in units of d's
-     * smallest subnormal, rounded at a variable shift (clamped: beyond it everything is 0). */
-    LLVMValueRef e = LLVMBuildLShr(b, au, KS(s.mant), "");
-    LLVMValueRef frac = LLVMBuildAnd(b, au, KS((one << s.mant) - 1), "");
-    LLVMValueRef e0 = LLVMBuildICmp(b, LLVMIntEQ, e, KS(0), "");
-    LLVMValueRef m = LLVMBuildSelect(b, e0, frac, LLVMBuildOr(b, frac, KS(one << s.mant), ""), "");
-    LLVMValueRef eff = LLVMBuildSelect(b, e0, KS(1), e, "");
-    int emin_sub = 1 - d.bias - d.mant;
-    LLVMValueRef sh = LLVMBuildSub(b, KS(s.bias + s.mant + emin_sub), eff, "");
-    /* Lanes outside this branch may compute any shift: keep it in [1, bits) so none is poison. */
-    LLVMValueRef wild = LLVMBuildOr(b, LLVMBuildICmp(b, LLVMIntUGT, sh, KS(s.bits - 1), ""),
-                                    LLVMBuildICmp(b, LLVMIntEQ, sh, KS(0), ""), "");
-    sh = LLVMBuildSelect(b, wild, KS(s.bits - 1), sh, "");
-    LLVMValueRef n = LLVMBuildLShr(b, m, sh, "");
-    LLVMValueRef rem = LLVMBuildAnd(b, m, LLVMBuildSub(b, LLVMBuildShl(b, KS(1), sh, ""), KS(1), ""), "");
-    LLVMValueRef half = LLVMBuildShl(b, KS(1), LLVMBuildSub(b, sh, KS(1), ""), "");
-    LLVMValueRef tie_odd = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, rem, half, ""),
-                                        LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, n, KS(1), ""), KS(0), ""), "");
-    LLVMValueRef up = LLVMBuildOr(b, LLVMBuildICmp(b, LLVMIntUGT, rem, half, ""), tie_odd, "");
-    LLVMValueRef sub = LLVMBuildAdd(b, n, LLVMBuildZExt(b, up, vty(it, w), ""), "");
-
-    LLVMValueRef r = LLVMBuildSelect(b, is_normal, nr, sub, "");
-    r = LLVMBuildSelect(b, is_over, KS(inf_d), r, "");
-    r = LLVMBuildSelect(b, is_nan, nan, r, "");
-#undef KS
-    return LLVMBuildOr(b, LLVMBuildTrunc(b, r, vty(g->t_i16, w), ""), sign, "");
-}
-
-/* f16 bits -> f32, exactly (subnormals through an exact multiply). */
-static LLVMValueRef widen_f16(gen *g, LLVMValueRef h, int w)
-{
-    LLVMBuilderRef b = g->b;
-    LLVMTypeRef it = vty(g->t_i32, w);
-    LLVMValueRef x = LLVMBuildZExt(b, h, it, "");
-    LLVMValueRef sign = LLVMBuildShl(b, LLVMBuildAnd(b, x, kint(g->t_i32, 0x8000, w), ""), kint(g->t_i32, 16, w), "");
-    LLVMValueRef e = LLVMBuildAnd(b, LLVMBuildLShr(b, x, kint(g->t_i32, 10, w), ""), kint(g->t_i32, 0x1f, w), "");
-    LLVMValueRef f = LLVMBuildAnd(b, x, kint(g->t_i32, 0x3ff, w), "");
-    LLVMValueRef f13 = LLVMBuildShl(b, f, kint(g->t_i32, 13, w), "");
-    LLVMValueRef normal = LLVMBuildOr(
-        b, LLVMBuildShl(b, LLVMBuildAdd(b, e, kint(g->t_i32, 127 - 15, w), ""), kint(g->t_i32, 23, w), ""), f13, "");
-    LLVMValueRef special = LLVMBuildOr(b, f13, kint(g->t_i32, 0x7f800000, w), "");
-    LLVMValueRef subf = LLVMBuildFMul(b, LLVMBuildUIToFP(b, f, vty(g->t_f32, w), ""), kfp(g, KIR_F32, 0x1p-24, w), "");
-    LLVMValueRef subn = LLVMBuildBitCast(b, subf, it, "");
-    LLVMValueRef r = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, e, kint(g->t_i32, 31, w), ""), special, normal, "");
-    r = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, e, kint(g->t_i32, 0, w), ""), subn, r, "");
-    return LLVMBuildBitCast(b, LLVMBuildOr(b, r, sign, ""), vty(g->t_f32, w), "");
-}
-
-static LLVMValueRef widen_bf16(gen *g, LLVMValueRef h, int w)
-{
-    LLVMValueRef x = LLVMBuildZExt(g->b, h, vty(g->t_i32, w), "");
-    x = LLVMBuildShl(g->b, x, kint(g->t_i32, 16, w), "");
-    return LLVMBuildBitCast(g->b, x, vty(g->t_f32, w), "");
-}
-
-/* An integer of type t -> f16/bf16 bits, rounded once from the exact value: 64-bit
- * magnitudes are first cut to 53 bits with a sticky bit (round to odd), which the second
- * rounding to at most 11 bits cannot tell from the exact value. */
-static LLVMValueRef narrow_from_int(gen *g, LLVMValueRef v, int t, fpfmt d, int w)
-{
-    LLVMBuilderRef b = g->b;
-    LLVMTypeRef dt = vty(g->t_f64, w), it = vty(g->t_i64, w);
-    LLVMValueRef x;
-    if (t_bits(t) <= 32) {
-        x = t_sint(t) ? LLVMBuildSIToFP(b, v, dt, "") : LLVMBuildUIToFP(b, v, dt, "");
-    } else {
-        LLVMValueRef neg = t_sint(t) ? LLVMBuildICmp(b, LLVMIntSLT, v, kint(g->t_i64, 0, w), "") : NULL;
-        LLVMValueRef mag = neg ? LLVMBuildSelect(b, neg, LLVMBuildSub(b, kint(g->t_i64, 0, w), v, ""), v, "") : v;
-        LLVMValueRef ctlz_args[2] = {mag, kint(g->t_i1, 0, 1)};
-        LLVMValueRef lz = call_intrinsic(g, "llvm.ctlz", &it, 1, ctlz_args, 2);
-        LLVMValueRef sh = LLVMBuildSub(b, kint(g->t_i64, 64 - 53, w), lz, "");
-        sh = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSGT, sh, kint(g->t_i64, 0, w), ""), sh, kint(g->t_i64, 0, w),
-                             "");
-        LLVMValueRef lost = LLVMBuildAnd(
-            b, mag, LLVMBuildSub(b, LLVMBuildShl(b, kint(g->t_i64, 1, w), sh, ""), kint(g->t_i64, 1, w), ""), "");
-        LLVMValueRef sticky = LLVMBuildZExt(b, LLVMBuildICmp(b, LLVMIntNE, lost, kint(g->t_i64, 0, w), ""), it, "");
-        LLVMValueRef m = LLVMBuildOr(b, LLVMBuildLShr(b, mag, sh, ""), sticky, "");
-        LLVMValueRef scale =
-            LLVMBuildShl(b, LLVMBuildAdd(b, sh, kint(g->t_i64, 1023, w), ""), kint(g->t_i64, 52, w), "");
-        x = LLVMBuildFMul(b, LLVMBuildUIToFP(b, m, dt, ""), LLVMBuildBitCast(b, scale, dt, ""), "");
-        if (neg)
-            x = LLVMBuildSelect(b, neg, LLVMBuildFNeg(b, x, ""), x, "");
-    }
-    return narrow_bits(g, LLVMBuildBitCast(b, x, it, ""), FMT_F64, d, w);
-}
-
-/* A value of type t -> what a dt slot holds, rounded once. */
-static LLVMValueRef to_mem(gen *g, LLVMValueRef v, int t, burnc_dtype_t dt, int w)
-{
-    if (dt_narrow(dt)) {
-        fpfmt d = dt == BURNC_DTYPE_F16 ? FMT_F16 : FMT_BF16;
-        if (t == KIR_F32)
-            return narrow_bits(g, LLVMBuildBitCast(g->b, v, vty(g->t_i32, w), ""), FMT_F32, d, w);
-        if (t == KIR_F64)
-            return narrow_bits(g, LLVMBuildBitCast(g->b, v, vty(g->t_i64, w), ""), FMT_F64, d, w);
-        return narrow_from_int(g, v, t, d, w);
-    }
-    if (dt == BURNC_DTYPE_BOOL)
-        return LLVMBuildZExt(g->b, v, vty(g->t_i8, w), "");
-    return v;
-}
-
-/* What a dt slot holds -> the value a load gives (kernel.h: widened; bool as 0 or 1). */
-static LLVMValueRef from_mem(gen *g, LLVMValueRef raw, burnc_dtype_t dt, int w)
-{
-    switch (dt) {
-    case BURNC_DTYPE_F16: return widen_f16(g, raw, w);
-    case BURNC_DTYPE_BF16: return widen_bf16(g, raw, w);
-    case BURNC_DTYPE_BOOL: return LLVMBuildICmp(g->b, LLVMIntNE, raw, kint(g->t_i8, 0, w), "");
-    default: return raw;
-    }
-}
-
-/* ---- Operations -------------------------------------------------------------------------- */
-
-/* Float -> integer with kernel.h's saturation, branch-free so that it stays vectorized
- * (llvm.fptosi.sat is scalarized on x86): the value is clamped into [lo, hi], the range of
- * floats whose truncation fits, truncated, and then values above hi give the type's maximum
- * (hi is below it when the maximum is not a float) and NaN gives 0. */
-static LLVMValueRef float_to_int(gen *g, LLVMValueRef a, int from, int to, LLVMTypeRef rt, int w)
-{
-    LLVMBuilderRef b = g->b;
-    int bits = t_bits(to);
-    bool s = t_sint(to);
-    double lo = s ? -ldexp(1.0, bits - 1) : 0.0, top = ldexp(1.0, s ? bits - 1 : bits); /* max + 1 */
-    double hi = from == KIR_F32 ? (double)nextafterf((float)top, 0.0f) : nextafter(top, 0.0);
-    if (top - 1 < hi) /* max + 1 - 1 rounds only when the maximum is no float of this width */
-        hi = top - 1;
-    LLVMValueRef vlo = kfp(g, from, lo, w), vhi = kfp(g, from, hi, w);
-    LLVMValueRef c = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOLT, a, vlo, ""), vlo, a, "");
-    c = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, c, vhi, ""), vhi, c, "");
-    c = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealUNO, a, a, ""), kfp(g, from, 0.0, w), c, "");
-    LLVMValueRef r = s ? LLVMBuildFPToSI(b, c, rt, "") : LLVMBuildFPToUI(b, c, rt, "");
-    uint64_t max = s ? (UINT64_C(1) << (bits - 1)) - 1 : bits == 64 ? UINT64_MAX : (UINT64_C(1) << bits) - 1;
-    return LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOGT, a, vhi, ""), kint(ty_of(g, to), max, w), r, "");
-}
-
-static LLVMValueRef convert(gen *g, LLVMValueRef a, int from, int to, int w)
-{
-    LLVMBuilderRef b = g->b;
-    LLVMTypeRef rt = vty(ty_of(g, to), w);
-    if (from == to)
-        return a;
-    if (t_fp(from)) {
-        if (to == KIR_F64)
-            return LLVMBuildFPExt(b, a, rt, "");
-        if (to == KIR_F32)
-            return LLVMBuildFPTrunc(b, a, rt, "");
-        if (to == KIR_BOOL)
-            return LLVMBuildFCmp(b, LLVMRealUNE, a, kfp(g, from, 0.0, w), ""); /* NaN is true */
-        return float_to_int(g, a, from, to, rt, w);
-    }
-    if (t_fp(to))
-        return t_sint(from) ? LLVMBuildSIToFP(b, a, rt, "") : LLVMBuildUIToFP(b, a, rt, "");
-    if (to == KIR_BOOL)
-        return LLVMBuildICmp(b, LLVMIntNE, a, LLVMConstNull(LLVMTypeOf(a)), "");
-    int fb = t_bits(from), tb = t_bits(to);
-    if (tb < fb)
-        return LLVMBuildTrunc(b, a, rt, "");
-    if (tb > fb)
-        return t_sint(from) ? LLVMBuildSExt(b, a, rt, "") : LLVMBuildZExt(b, a, rt, "");
-    return a;
-}
-
-/* Floor division and remainder with kernel.h's edges: a zero divisor gives 0, MIN / -1 wraps
- * (remainder 0). The divisor is made safe first so no lane ever traps. */
-static LLVMValueRef int_divrem(gen *g, bool rem, int t, LLVMValueRef a, LLVMValueRef d, int w)
-{
-    LLVMBuilderRef b = g->b;
-    LLVMTypeRef et = ty_of(g, t);
-    LLVMValueRef zero = kint(et, 0, w), onek = kint(et, 1, w);
-    LLVMValueRef dz = LLVMBuildICmp(b, LLVMIntEQ, d, zero, "");
-    if (!t_sint(t)) {
-        LLVMValueRef ds = LLVMBuildSelect(b, dz, onek, d, "");
-        LLVMValueRef r = rem ? LLVMBuildURem(b, a, ds, "") : LLVMBuildUDiv(b, a, ds, "");
-        return LLVMBuildSelect(b, dz, zero, r, "");
-    }
-    LLVMValueRef dm1 = LLVMBuildICmp(b, LLVMIntEQ, d, LLVMConstAllOnes(vty(et, w)), "");
-    LLVMValueRef odd = LLVMBuildOr(b, dz, dm1, "");
-    LLVMValueRef ds = LLVMBuildSelect(b, odd, onek, d, "");
-    LLVMValueRef r = LLVMBuildSRem(b, a, ds, "");
-    LLVMValueRef adj = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntNE, r, zero, ""),
-                                    LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildXor(b, r, ds, ""), zero, ""), "");
-    if (rem) {
-        r = LLVMBuildSelect(b, adj, LLVMBuildAdd(b, r, ds, ""), r, "");
-        return LLVMBuildSelect(b, odd, zero, r, "");
-    }
-    LLVMValueRef q = LLVMBuildSub(b, LLVMBuildSDiv(b, a, ds, ""), LLVMBuildZExt(b, adj, vty(et, w), ""), "");
-    q = LLVMBuildSelect(b, dm1, LLVMBuildSub(b, zero, a, ""), q, "");
-    return LLVMBuildSelect(b, dz, zero, q, "");
-}
-
-/* The high half of a product, from 32-bit halves for u64 (no i128 vectors). */
-static LLVMValueRef mulhi(gen *g, int t, LLVMValueRef a, LLVMValueRef c, int w)
-{
-    LLVMBuilderRef b = g->b;
-    if (t == KIR_U32) {
-        LLVMTypeRef wt = vty(g->t_i64, w);
-        LLVMValueRef p = LLVMBuildMul(b, LLVMBuildZExt(b, a, wt, ""), LLVMBuildZExt(b, c, wt, ""), "");
-        return LLVMBuildTrunc(b, LLVMBuildLShr(b, p, kint(g->t_i64, 32, w), ""), vty(g->t_i32, w), "");
-    }
-    LLVMValueRef lo = kint(g->t_i64, 0xffffffffu, w), s32 = kint(g->t_i64, 32, w);
-    LLVMValueRef al = LLVMBuildAnd(b, a, lo, ""), ah = LLVMBuildLShr(b, a, s32, "");
-    LLVMValueRef bl = LLVMBuildAnd(b, c, lo, ""), bh = LLVMBuildLShr(b, c, s32, "");
-    LLVMValueRef ll = LLVMBuildMul(b, al, bl, ""), lh = LLVMBuildMul(b, al, bh, "");
-    LLVMValueRef hl = LLVMBuildMul(b, ah, bl, ""), hh = LLVMBuildMul(b, ah, bh, "");
-    LLVMValueRef mid = LLVMBuildAdd(b, LLVMBuildLShr(b, ll, s32, ""), LLVMBuildAnd(b, lh, lo, ""), "");
-    mid = LLVMBuildAdd(b, mid, LLVMBuildAnd(b, hl, lo, ""), "");
-    LLVMValueRef r = LLVMBuildAdd(b, hh, LLVMBuildLShr(b, lh, s32, ""), "");
-    r = LLVMBuildAdd(b, r, LLVMBuildLShr(b, hl, s32, ""), "");
-    return LLVMBuildAdd(b, r, LLVMBuildLShr(b, mid, s32, ""), "");
-}
-
-static LLVMValueRef compare(gen *g, int op, int t, LLVMValueRef a, LLVMValueRef c)
-{
-    if (t_fp(t)) {
-        static const LLVMRealPredicate fp[] = {LLVMRealOEQ, LLVMRealUNE, LLVMRealOLT,
-                                               LLVMRealOLE, LLVMRealOGT, LLVMRealOGE};
-        return LLVMBuildFCmp(g->b, fp[op - KIR_EQ], a, c, "");
-    }
-    static const LLVMIntPredicate s[] = {LLVMIntEQ, LLVMIntNE, LLVMIntSLT, LLVMIntSLE, LLVMIntSGT, LLVMIntSGE};
-    static const LLVMIntPredicate u[] = {LLVMIntEQ, LLVMIntNE, LLVMIntULT, LLVMIntULE, LLVMIntUGT, LLVMIntUGE};
-    return LLVMBuildICmp(g->b, t_sint(t) ? s[op - KIR_EQ] : u[op - KIR_EQ], a, c, "");
-}
-
-static LLVMValueRef unary(gen *g, const kir_inst *in, int ta, LLVMValueRef a, int w)
-{
-    LLVMBuilderRef b = g->b;
-    int t = in->type;
-    switch (in->op) {
-    case KIR_NEG: return t_fp(t) ? LLVMBuildFNeg(b, a, "") : LLVMBuildSub(b, kint(ty_of(g, t), 0, w), a, "");
-    case KIR_ABS:
-        if (t_fp(t))
-            return intrinsic1(g, "llvm.fabs", a);
-        if (!t_sint(t))
-            return a;
-        return LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, a, kint(ty_of(g, t), 0, w), ""),
-                               LLVMBuildSub(b, kint(ty_of(g, t), 0, w), a, ""), a, "");
-    case KIR_SQRT: return intrinsic1(g, "llvm.sqrt", a);
-    case KIR_FLOOR: return intrinsic1(g, "llvm.floor", a);
-    case KIR_CEIL: return intrinsic1(g, "llvm.ceil", a);
-    case KIR_TRUNC: return intrinsic1(g, "llvm.trunc", a);
-    case KIR_RINT: return intrinsic1(g, "llvm.roundeven", a);
-    case KIR_NOT: return LLVMBuildNot(b, a, "");
-    case KIR_CONVERT: return convert(g, a, ta, t, w);
-    case KIR_BITCAST: return LLVMBuildBitCast(b, a, vty(ty_of(g, t), w), "");
-    default: { /* KIR_ROUND */
-        fpfmt d = in->imm.i == KIR_F16 ? FMT_F16 : FMT_BF16;
-        LLVMValueRef h = narrow_bits(g, LLVMBuildBitCast(b, a, vty(g->t_i32, w), ""), FMT_F32, d, w);
-        return in->imm.i == KIR_F16 ? widen_f16(g, h, w) : widen_bf16(g, h, w);
-    }
-    }
-}
-
-static LLVMValueRef binary(gen *g, int op, int t, LLVMValueRef a, LLVMValueRef c, int w)
-{
-    LLVMBuilderRef b = g->b;
-    bool fp = t_fp(t);
-    switch (op) {
-    case KIR_ADD: return fp ? LLVMBuildFAdd(b, a, c, "") : LLVMBuildAdd(b, a, c, "");
-    case KIR_SUB: return fp ? LLVMBuildFSub(b, a, c, "") : LLVMBuildSub(b, a, c, "");
-    case KIR_MUL: return fp ? LLVMBuildFMul(b, a, c, "") : LLVMBuildMul(b, a, c, "");
-    case KIR_DIV: return fp ? LLVMBuildFDiv(b, a, c, "") : int_divrem(g, false, t, a, c, w);
-    case KIR_REM: return fp ? LLVMBuildFRem(b, a, c, "") : int_divrem(g, true, t, a, c, w); /* frem is fmod */
-    case KIR_MULHI: return mulhi(g, t, a, c, w);
-    case KIR_AND: return LLVMBuildAnd(b, a, c, "");
-    case KIR_OR: return LLVMBuildOr(b, a, c, "");
-    case KIR_XOR: return LLVMBuildXor(b, a, c, "");
-    default: { /* shifts: the count modulo the width */
-        LLVMValueRef n = LLVMBuildAnd(b, c, kint(ty_of(g, t), (uint64_t)(t_bits(t) - 1), w), "");
-        if (op == KIR_SHL)
-            return LLVMBuildShl(b, a, n, "");
-        return t_sint(t) ? LLVMBuildAShr(b, a, n, "") : LLVMBuildLShr(b, a, n, "");
-    }
-    }
-}
-
-/* ---- Reductions: identities and combining ------------------------------------------------ */
-
-static LLVMValueRef identity(gen *g, int comb, int t, int w)
-{
-    bool fp = t_fp(t);
-    LLVMTypeRef et = ty_of(g, t);
-    switch (comb) {
-    case KIR_COMBINE_SUM: return fp ? kfp(g, t, 0.0, w) : kint(et, 0, w);
-    case KIR_COMBINE_PROD: return fp ? kfp(g, t, 1.0, w) : kint(et, 1, w);
-    case KIR_COMBINE_MAX:
-    case KIR_COMBINE_ARGMAX:
-        if (fp)
-            return kfp(g, t, -__builtin_inf(), w);
-        return t_sint(t) ? kint(et, UINT64_C(1) << (t_bits(t) - 1), w) : kint(et, 0, w);
-    default:
-        if (fp)
-            return kfp(g, t, __builtin_inf(), w);
-        return t_sint(t) ? kint(et, (UINT64_C(1) << (t_bits(t) - 1)) - 1, w) : ksplat(LLVMConstAllOnes(et), w);
-    }
-}
-
-/* l (lower lanes or leaves, or the running value) combined with r, as kir_eval does: MAX is
- * (l > r || isnan(l)) ? l : r; ARG* takes r when it beats l (a NaN beats a number, the
- * larger (smaller) value wins, ties go to the lower position). */
-static void combine(gen *g, int comb, int t, LLVMValueRef lv, LLVMValueRef lp, LLVMValueRef rv, LLVMValueRef rp,
-                    LLVMValueRef *ov, LLVMValueRef *op)
-{
-    LLVMBuilderRef b = g->b;
-    bool fp = t_fp(t);
-    switch (comb) {
-    case KIR_COMBINE_SUM: *ov = fp ? LLVMBuildFAdd(b, lv, rv, "") : LLVMBuildAdd(b, lv, rv, ""); return;
-    case KIR_COMBINE_PROD: *ov = fp ? LLVMBuildFMul(b, lv, rv, "") : LLVMBuildMul(b, lv, rv, ""); return;
-    case KIR_COMBINE_MAX:
-    case KIR_COMBINE_MIN: {
-        LLVMValueRef keep = compare(g, comb == KIR_COMBINE_MAX ? KIR_GT : KIR_LT, t, lv, rv);
-        if (fp)
-            keep = LLVMBuildOr(b, keep, LLVMBuildFCmp(b, LLVMRealUNO, lv, lv, ""), "");
-        *ov = LLVMBuildSelect(b, keep, lv, rv, "");
-        return;
-    }
-    default: {
-        LLVMValueRef lower = LLVMBuildICmp(b, LLVMIntSLT, rp, lp, "");
-        LLVMValueRef wins = compare(g, comb == KIR_COMBINE_ARGMAX ? KIR_GT : KIR_LT, t, rv, lv);
-        LLVMValueRef tie = LLVMBuildAnd(b, compare(g, KIR_EQ, t, lv, rv), lower, "");
-        LLVMValueRef better = LLVMBuildOr(b, wins, tie, "");
-        if (fp) {
-            LLVMValueRef ln = LLVMBuildFCmp(b, LLVMRealUNO, lv, lv, ""), rn = LLVMBuildFCmp(b, LLVMRealUNO, rv, rv, "");
-            LLVMValueRef nan_case = LLVMBuildAnd(b, rn, LLVMBuildOr(b, LLVMBuildNot(b, ln, ""), lower, ""), "");
-            better = LLVMBuildSelect(b, LLVMBuildOr(b, ln, rn, ""), nan_case, better, "");
-        }
-        *ov = LLVMBuildSelect(b, better, rv, lv, "");
-        *op = LLVMBuildSelect(b, better, rp, lp, "");
-        return;
-    }
-    }
-}
-
 /* The pairwise tree over the lanes of a <W x T> accumulator: lane 2i with 2i+1, and so on. */
 static void lane_tree(gen *g, int comb, int t, LLVMValueRef *v, LLVMValueRef *p)
 {
-    LLVMBuilderRef b = g->b;
+    LLVMBuilderRef b = g->e.b;
     for (int w = W; w > 1; w /= 2) {
         LLVMValueRef even[W / 2], odd[W / 2];
         for (int i = 0; i < w / 2; i++) {
-            even[i] = LLVMConstInt(g->t_i32, (unsigned long long)(2 * i), 0);
-            odd[i] = LLVMConstInt(g->t_i32, (unsigned long long)(2 * i + 1), 0);
+            even[i] = LLVMConstInt(g->e.t_i32, (unsigned long long)(2 * i), 0);
+            odd[i] = LLVMConstInt(g->e.t_i32, (unsigned long long)(2 * i + 1), 0);
         }
         LLVMValueRef me = LLVMConstVector(even, (unsigned)(w / 2)), mo = LLVMConstVector(odd, (unsigned)(w / 2));
         LLVMValueRef lv = LLVMBuildShuffleVector(b, *v, LLVMGetPoison(LLVMTypeOf(*v)), me, "");
@@ -763,9 +157,9 @@ static void lane_tree(gen *g, int comb, int t, LLVMValueRef *v, LLVMValueRef *p)
             lp = LLVMBuildShuffleVector(b, *p, LLVMGetPoison(LLVMTypeOf(*p)), me, "");
             rp = LLVMBuildShuffleVector(b, *p, LLVMGetPoison(LLVMTypeOf(*p)), mo, "");
         }
-        combine(g, comb, t, lv, lp, rv, rp, v, p);
+        cg_combine(&g->e, comb, t, lv, lp, rv, rp, v, p);
     }
-    LLVMValueRef zero = LLVMConstInt(g->t_i32, 0, 0);
+    LLVMValueRef zero = LLVMConstInt(g->e.t_i32, 0, 0);
     *v = LLVMBuildExtractElement(b, *v, zero, "");
     if (is_arg_comb(comb))
         *p = LLVMBuildExtractElement(b, *p, zero, "");
@@ -803,45 +197,45 @@ struct fnc {
 
 static LLVMBasicBlockRef block(fnc *c, const char *name)
 {
-    return LLVMAppendBasicBlockInContext(c->g->ctx, c->fn, name);
+    return LLVMAppendBasicBlockInContext(c->g->e.ctx, c->fn, name);
 }
 
 static LLVMValueRef entry_alloca(fnc *c, LLVMTypeRef t) { return LLVMBuildAlloca(c->ab, t, ""); }
 
 static LLVMValueRef load_i64(gen *g, LLVMValueRef base, int64_t i)
 {
-    LLVMValueRef idx = LLVMConstInt(g->t_i64, (unsigned long long)i, 0);
-    return LLVMBuildLoad2(g->b, g->t_i64, LLVMBuildGEP2(g->b, g->t_i64, base, &idx, 1, ""), "");
+    LLVMValueRef idx = LLVMConstInt(g->e.t_i64, (unsigned long long)i, 0);
+    return LLVMBuildLoad2(g->e.b, g->e.t_i64, LLVMBuildGEP2(g->e.b, g->e.t_i64, base, &idx, 1, ""), "");
 }
 
 static LLVMValueRef load_ptr(gen *g, LLVMValueRef base, int64_t i)
 {
-    LLVMValueRef idx = LLVMConstInt(g->t_i64, (unsigned long long)i, 0);
-    return LLVMBuildLoad2(g->b, g->t_ptr, LLVMBuildGEP2(g->b, g->t_ptr, base, &idx, 1, ""), "");
+    LLVMValueRef idx = LLVMConstInt(g->e.t_i64, (unsigned long long)i, 0);
+    return LLVMBuildLoad2(g->e.b, g->e.t_ptr, LLVMBuildGEP2(g->e.b, g->e.t_ptr, base, &idx, 1, ""), "");
 }
 
 static LLVMValueRef args_field(gen *g, LLVMValueRef args, size_t offset)
 {
-    LLVMValueRef off = LLVMConstInt(g->t_i64, offset, 0);
-    return LLVMBuildLoad2(g->b, g->t_ptr, LLVMBuildGEP2(g->b, g->t_i8, args, &off, 1, ""), "");
+    LLVMValueRef off = LLVMConstInt(g->e.t_i64, offset, 0);
+    return LLVMBuildLoad2(g->e.b, g->e.t_ptr, LLVMBuildGEP2(g->e.b, g->e.t_i8, args, &off, 1, ""), "");
 }
 
 static LLVMValueRef fn_begin(gen *g, fnc *c, const char *name, LLVMTypeRef fty, bool internal)
 {
     memset(c, 0, sizeof *c);
     c->g = g;
-    c->fn = LLVMAddFunction(g->mod, name, fty);
+    c->fn = LLVMAddFunction(g->e.mod, name, fty);
     if (internal)
         LLVMSetLinkage(c->fn, LLVMInternalLinkage);
     unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
-    LLVMAddAttributeAtIndex(c->fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(g->ctx, nounwind, 0));
+    LLVMAddAttributeAtIndex(c->fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(g->e.ctx, nounwind, 0));
     c->entry = block(c, "entry");
-    LLVMPositionBuilderAtEnd(g->b, c->entry);
-    c->ab = LLVMCreateBuilderInContext(g->ctx);
+    LLVMPositionBuilderAtEnd(g->e.b, c->entry);
+    c->ab = LLVMCreateBuilderInContext(g->e.ctx);
     /* A placeholder keeps the alloca builder above everything else in the entry block. */
-    LLVMValueRef mark = LLVMBuildAlloca(g->b, g->t_i8, "");
+    LLVMValueRef mark = LLVMBuildAlloca(g->e.b, g->e.t_i8, "");
     LLVMPositionBuilderBefore(c->ab, mark);
-    size_t n = (size_t)(g->k->n_insts > 0 ? g->k->n_insts : 1);
+    size_t n = (size_t)(g->e.k->n_insts > 0 ? g->e.k->n_insts : 1);
     c->need = calloc(n, 1);
     c->level = calloc(n, 1);
     c->sv = calloc(n, sizeof *c->sv);
@@ -868,7 +262,7 @@ static void fn_end(fnc *c)
 static void load_launch(fnc *c, LLVMValueRef args)
 {
     gen *g = c->g;
-    const kir_kernel *k = g->k;
+    const kir_kernel *k = g->e.k;
     LLVMValueRef ins = args_field(g, args, offsetof(kir_args, inputs));
     LLVMValueRef outs = args_field(g, args, offsetof(kir_args, outputs));
     LLVMValueRef ext = args_field(g, args, offsetof(kir_args, extents));
@@ -877,8 +271,8 @@ static void load_launch(fnc *c, LLVMValueRef args)
     LLVMValueRef out_offs = args_field(g, args, offsetof(kir_args, out_offsets));
     LLVMValueRef out_str = args_field(g, args, offsetof(kir_args, out_strides));
     c->scalars = args_field(g, args, offsetof(kir_args, scalars));
-    LLVMValueRef soff = LLVMConstInt(g->t_i64, offsetof(kir_args, stream), 0);
-    c->stream = LLVMBuildLoad2(g->b, g->t_i32, LLVMBuildGEP2(g->b, g->t_i8, args, &soff, 1, ""), "");
+    LLVMValueRef soff = LLVMConstInt(g->e.t_i64, offsetof(kir_args, stream), 0);
+    c->stream = LLVMBuildLoad2(g->e.b, g->e.t_i32, LLVMBuildGEP2(g->e.b, g->e.t_i8, args, &soff, 1, ""), "");
     for (int d = 0; d < k->rank; d++)
         c->extent[d] = load_i64(g, ext, d);
     for (int s = 0; s < k->n_inputs; s++) {
@@ -887,7 +281,7 @@ static void load_launch(fnc *c, LLVMValueRef args)
         for (int d = 0; d < k->rank; d++) {
             uint8_t cls = k->inputs[s].stride[d];
             c->in_stride[s][d] = cls == KIR_STRIDE_ZERO   ? NULL
-                                 : cls == KIR_STRIDE_UNIT ? LLVMConstInt(g->t_i64, 1, 0)
+                                 : cls == KIR_STRIDE_UNIT ? LLVMConstInt(g->e.t_i64, 1, 0)
                                                           : load_i64(g, in_str, (int64_t)s * k->rank + d);
         }
     }
@@ -897,20 +291,20 @@ static void load_launch(fnc *c, LLVMValueRef args)
         for (int d = 0; d < k->rank; d++) {
             uint8_t cls = k->outputs[s].stride[d];
             c->out_stride[s][d] = cls == KIR_STRIDE_ZERO   ? NULL
-                                  : cls == KIR_STRIDE_UNIT ? LLVMConstInt(g->t_i64, 1, 0)
+                                  : cls == KIR_STRIDE_UNIT ? LLVMConstInt(g->e.t_i64, 1, 0)
                                                            : load_i64(g, out_str, (int64_t)s * k->rank + d);
         }
     }
-    LLVMValueRef n = LLVMConstInt(g->t_i64, 1, 0);
+    LLVMValueRef n = LLVMConstInt(g->e.t_i64, 1, 0);
     for (int d = k->n_outer; d < k->rank; d++)
-        n = LLVMBuildMul(g->b, n, c->extent[d], "");
+        n = LLVMBuildMul(g->e.b, n, c->extent[d], "");
     c->row_len = n;
 }
 
 /* Positions along axes [from, to) of flat index `flat` (row-major); returns what is left. */
 static LLVMValueRef decompose(fnc *c, LLVMValueRef flat, int from, int to, LLVMValueRef *out_idx, LLVMValueRef *mem)
 {
-    LLVMBuilderRef b = c->g->b;
+    LLVMBuilderRef b = c->g->e.b;
     for (int d = to - 1; d >= from; d--) {
         LLVMValueRef q = LLVMBuildUDiv(b, flat, c->extent[d], "");
         LLVMValueRef r = LLVMBuildSub(b, flat, LLVMBuildMul(b, q, c->extent[d], ""), "");
@@ -928,7 +322,7 @@ static LLVMValueRef decompose(fnc *c, LLVMValueRef flat, int from, int to, LLVMV
 static int slot_level(const fnc *c, const kir_slot *s)
 {
     int l = 0;
-    for (int d = 0; d < c->g->k->rank; d++)
+    for (int d = 0; d < c->g->e.k->rank; d++)
         if (s->stride[d] != KIR_STRIDE_ZERO && c->axis_level[d] > l)
             l = c->axis_level[d];
     return l;
@@ -952,7 +346,7 @@ static void mark_needed(const kir_kernel *k, const int32_t *roots, int n_roots, 
 /* Marks what `roots` need and computes each needed instruction's level. */
 static void analyze(fnc *c, const int32_t *roots, int n_roots)
 {
-    const kir_kernel *k = c->g->k;
+    const kir_kernel *k = c->g->e.k;
     mark_needed(k, roots, n_roots, NULL, c->need);
     for (int i = 0; i < k->n_insts; i++) {
         const kir_inst *in = &k->insts[i];
@@ -974,7 +368,7 @@ static void analyze(fnc *c, const int32_t *roots, int n_roots)
 static void slot_offsets(fnc *c, int lvl)
 {
     gen *g = c->g;
-    const kir_kernel *k = g->k;
+    const kir_kernel *k = g->e.k;
     for (int pass = 0; pass < 2; pass++) {
         int n = pass ? k->n_outputs : k->n_inputs;
         for (int s = 0; s < n; s++) {
@@ -984,7 +378,7 @@ static void slot_offsets(fnc *c, int lvl)
                 LLVMValueRef st = pass ? c->out_stride[s][d] : c->in_stride[s][d];
                 if (!st || c->axis_level[d] != lvl)
                     continue;
-                off = LLVMBuildAdd(g->b, off, LLVMBuildMul(g->b, c->idx[d], st, ""), "");
+                off = LLVMBuildAdd(g->e.b, off, LLVMBuildMul(g->e.b, c->idx[d], st, ""), "");
             }
             if (pass)
                 c->out_off[lvl][s] = off;
@@ -1010,21 +404,21 @@ static LLVMValueRef operand(fnc *c, int j, int w)
 static LLVMValueRef emit_load(fnc *c, int slot, int lvl, int w)
 {
     gen *g = c->g;
-    LLVMBuilderRef b = g->b;
-    burnc_dtype_t dt = g->k->inputs[slot].dtype;
-    LLVMTypeRef mt = mem_ty(g, dt);
+    LLVMBuilderRef b = g->e.b;
+    burnc_dtype_t dt = g->e.k->inputs[slot].dtype;
+    LLVMTypeRef mt = cg_mem_ty(&g->e, dt);
     LLVMValueRef raw;
     if (lvl < 2 || w == 1) {
         LLVMValueRef off = c->in_off[lvl < 2 ? lvl : 1][slot];
         if (lvl == 2)
             off = LLVMBuildAdd(b, off, LLVMBuildMul(b, c->kin, c->in_stride[slot][c->inner], ""), "");
         raw = LLVMBuildLoad2(b, mt, LLVMBuildGEP2(b, mt, c->in_base[slot], &off, 1, ""), "");
-        LLVMSetAlignment(raw, mem_align(dt));
+        LLVMSetAlignment(raw, cg_mem_align(dt));
         tag(g, raw, g->load_scope, g->load_noalias);
-    } else if (g->k->inputs[slot].stride[c->inner] == KIR_STRIDE_UNIT) {
+    } else if (g->e.k->inputs[slot].stride[c->inner] == KIR_STRIDE_UNIT) {
         LLVMValueRef off = LLVMBuildAdd(b, c->in_off[1][slot], c->kin, "");
         raw = LLVMBuildLoad2(b, vty(mt, w), LLVMBuildGEP2(b, mt, c->in_base[slot], &off, 1, ""), "");
-        LLVMSetAlignment(raw, mem_align(dt));
+        LLVMSetAlignment(raw, cg_mem_align(dt));
         tag(g, raw, g->load_scope, g->load_noalias);
     } else {
         LLVMValueRef st = c->in_stride[slot][c->inner];
@@ -1033,37 +427,37 @@ static LLVMValueRef emit_load(fnc *c, int slot, int lvl, int w)
             LLVMBuildAdd(b, splat(g, c->in_off[1][slot], w), LLVMBuildMul(b, pos, splat(g, st, w), ""), "");
         LLVMValueRef ptrs = LLVMBuildGEP2(b, mt, c->in_base[slot], &off, 1, "");
         LLVMTypeRef tys[2] = {vty(mt, w), LLVMTypeOf(ptrs)};
-        LLVMValueRef args[4] = {ptrs, LLVMConstInt(g->t_i32, mem_align(dt), 0), kint(g->t_i1, 1, w),
+        LLVMValueRef args[4] = {ptrs, LLVMConstInt(g->e.t_i32, cg_mem_align(dt), 0), kint(g->e.t_i1, 1, w),
                                 LLVMGetPoison(vty(mt, w))};
-        raw = call_intrinsic(g, "llvm.masked.gather", tys, 2, args, 4);
+        raw = cg_call_intrinsic(&g->e, "llvm.masked.gather", tys, 2, args, 4);
         tag(g, raw, g->load_scope, g->load_noalias);
     }
-    return from_mem(g, raw, dt, w);
+    return cg_from_mem(&g->e, raw, dt, w);
 }
 
 /* kir_scalar -> a value of type t (the ARG and stage-result encodings). */
 static LLVMValueRef scalar_in(gen *g, LLVMValueRef base, int64_t i, int t)
 {
-    LLVMValueRef idx = LLVMConstInt(g->t_i64, (unsigned long long)i, 0);
-    LLVMValueRef p = LLVMBuildGEP2(g->b, g->t_i64, base, &idx, 1, "");
+    LLVMValueRef idx = LLVMConstInt(g->e.t_i64, (unsigned long long)i, 0);
+    LLVMValueRef p = LLVMBuildGEP2(g->e.b, g->e.t_i64, base, &idx, 1, "");
     if (t_fp(t)) {
-        LLVMValueRef d = LLVMBuildLoad2(g->b, g->t_f64, p, "");
-        return t == KIR_F32 ? LLVMBuildFPTrunc(g->b, d, g->t_f32, "") : d;
+        LLVMValueRef d = LLVMBuildLoad2(g->e.b, g->e.t_f64, p, "");
+        return t == KIR_F32 ? LLVMBuildFPTrunc(g->e.b, d, g->e.t_f32, "") : d;
     }
-    LLVMValueRef u = LLVMBuildLoad2(g->b, g->t_i64, p, "");
+    LLVMValueRef u = LLVMBuildLoad2(g->e.b, g->e.t_i64, p, "");
     if (t == KIR_BOOL)
-        return LLVMBuildICmp(g->b, LLVMIntNE, u, LLVMConstInt(g->t_i64, 0, 0), "");
-    return t == KIR_I64 || t == KIR_U64 ? u : LLVMBuildTrunc(g->b, u, ty_of(g, t), "");
+        return LLVMBuildICmp(g->e.b, LLVMIntNE, u, LLVMConstInt(g->e.t_i64, 0, 0), "");
+    return t == KIR_I64 || t == KIR_U64 ? u : LLVMBuildTrunc(g->e.b, u, cg_ty_of(&g->e, t), "");
 }
 
 /* A value of type t -> its kir_scalar (f32 widened into .f, integers canonical). */
 static void scalar_out(gen *g, LLVMValueRef v, int t, LLVMValueRef p)
 {
     if (t == KIR_F32)
-        v = LLVMBuildFPExt(g->b, v, g->t_f64, "");
+        v = LLVMBuildFPExt(g->e.b, v, g->e.t_f64, "");
     else if (!t_fp(t) && t != KIR_I64 && t != KIR_U64)
-        v = t_sint(t) ? LLVMBuildSExt(g->b, v, g->t_i64, "") : LLVMBuildZExt(g->b, v, g->t_i64, "");
-    LLVMBuildStore(g->b, v, p);
+        v = t_sint(t) ? LLVMBuildSExt(g->e.b, v, g->e.t_i64, "") : LLVMBuildZExt(g->e.b, v, g->e.t_i64, "");
+    LLVMBuildStore(g->e.b, v, p);
 }
 
 /* ---- The stash ----------------------------------------------------------------------------
@@ -1078,9 +472,9 @@ static void scalar_out(gen *g, LLVMValueRef v, int t, LLVMValueRef p)
 static LLVMValueRef stash_at(fnc *c, int v, LLVMValueRef j)
 {
     gen *g = c->g;
-    LLVMValueRef vbase = LLVMConstInt(g->t_i64, (unsigned long long)v * STASH_MAX, 0);
-    LLVMValueRef base = LLVMBuildGEP2(g->b, g->t_i64, c->stash, &vbase, 1, "");
-    return LLVMBuildGEP2(g->b, ty_of(g, g->k->insts[g->stash[v]].type), base, &j, 1, "");
+    LLVMValueRef vbase = LLVMConstInt(g->e.t_i64, (unsigned long long)v * STASH_MAX, 0);
+    LLVMValueRef base = LLVMBuildGEP2(g->e.b, g->e.t_i64, c->stash, &vbase, 1, "");
+    return LLVMBuildGEP2(g->e.b, cg_ty_of(&g->e, g->e.k->insts[g->stash[v]].type), base, &j, 1, "");
 }
 
 static int stash_index(const gen *g, int i)
@@ -1095,10 +489,10 @@ static int stash_index(const gen *g, int i)
 static LLVMValueRef stash_load(fnc *c, int i, int w)
 {
     gen *g = c->g;
-    LLVMTypeRef et = ty_of(g, g->k->insts[i].type);
-    LLVMValueRef j = LLVMBuildAdd(g->b, c->jbase, c->kin, "");
-    LLVMValueRef v = LLVMBuildLoad2(g->b, vty(et, w), stash_at(c, stash_index(g, i), j), "");
-    LLVMSetAlignment(v, (unsigned)LLVMABISizeOfType(LLVMGetModuleDataLayout(g->mod), et));
+    LLVMTypeRef et = cg_ty_of(&g->e, g->e.k->insts[i].type);
+    LLVMValueRef j = LLVMBuildAdd(g->e.b, c->jbase, c->kin, "");
+    LLVMValueRef v = LLVMBuildLoad2(g->e.b, vty(et, w), stash_at(c, stash_index(g, i), j), "");
+    LLVMSetAlignment(v, (unsigned)LLVMABISizeOfType(LLVMGetModuleDataLayout(g->e.mod), et));
     return v;
 }
 
@@ -1110,21 +504,21 @@ static void stash_stores(fnc *c, LLVMValueRef j, int w)
     if (!c->stash)
         return;
     LLVMBasicBlockRef yes = block(c, "stash"), no = block(c, "stashed");
-    LLVMBuildCondBr(g->b, LLVMBuildIsNotNull(g->b, c->stash, ""), yes, no);
-    LLVMPositionBuilderAtEnd(g->b, yes);
+    LLVMBuildCondBr(g->e.b, LLVMBuildIsNotNull(g->e.b, c->stash, ""), yes, no);
+    LLVMPositionBuilderAtEnd(g->e.b, yes);
     for (int v = 0; v < g->n_stash; v++) {
-        LLVMTypeRef et = ty_of(g, g->k->insts[g->stash[v]].type);
-        LLVMValueRef st = LLVMBuildStore(g->b, operand(c, g->stash[v], w), stash_at(c, v, j));
-        LLVMSetAlignment(st, (unsigned)LLVMABISizeOfType(LLVMGetModuleDataLayout(g->mod), et));
+        LLVMTypeRef et = cg_ty_of(&g->e, g->e.k->insts[g->stash[v]].type);
+        LLVMValueRef st = LLVMBuildStore(g->e.b, operand(c, g->stash[v], w), stash_at(c, v, j));
+        LLVMSetAlignment(st, (unsigned)LLVMABISizeOfType(LLVMGetModuleDataLayout(g->e.mod), et));
     }
-    LLVMBuildBr(g->b, no);
-    LLVMPositionBuilderAtEnd(g->b, no);
+    LLVMBuildBr(g->e.b, no);
+    LLVMPositionBuilderAtEnd(g->e.b, no);
 }
 
 static LLVMValueRef emit_inst(fnc *c, int i, int w)
 {
     gen *g = c->g;
-    const kir_inst *in = &g->k->insts[i];
+    const kir_inst *in = &g->e.k->insts[i];
     int t = in->type;
     if (c->cut && c->cut[i])
         return stash_load(c, i, w);
@@ -1132,38 +526,38 @@ static LLVMValueRef emit_inst(fnc *c, int i, int w)
     case KIR_LOAD: return emit_load(c, in->a, c->level[i], w);
     case KIR_CONST:
         if (t_fp(t))
-            return kfp(g, t, in->imm.f, w);
-        return kint(ty_of(g, t), t == KIR_BOOL ? in->imm.u != 0 : in->imm.u, w);
+            return cg_kfp(&g->e, t, in->imm.f, w);
+        return kint(cg_ty_of(&g->e, t), t == KIR_BOOL ? in->imm.u != 0 : in->imm.u, w);
     case KIR_ARG: return scalar_in(g, c->scalars, in->a, t);
     case KIR_INDEX:
         if (c->level[i] < 2)
             return c->idx[in->a];
-        return w == 1 ? c->kin : LLVMBuildAdd(g->b, splat(g, c->kin, w), iota(g, w), "");
+        return w == 1 ? c->kin : LLVMBuildAdd(g->e.b, splat(g, c->kin, w), iota(g, w), "");
     case KIR_EXTENT: return c->extent[in->a];
     case KIR_ROW_LEN: return c->row_len;
     case KIR_REDUCED: return c->reduced[in->a];
     default: break;
     }
     LLVMValueRef a = operand(c, in->a, w);
-    int ta = g->k->insts[in->a].type;
+    int ta = g->e.k->insts[in->a].type;
     if (n_operands(in->op) == 1)
-        return unary(g, in, ta, a, w);
+        return cg_unary(&g->e, in, ta, a, w);
     LLVMValueRef b = operand(c, in->b, w);
     if (in->op >= KIR_EQ && in->op <= KIR_GE)
-        return compare(g, in->op, ta, a, b);
+        return cg_compare(&g->e, in->op, ta, a, b);
     if (n_operands(in->op) == 2)
-        return binary(g, in->op, t, a, b, w);
+        return cg_binary(&g->e, in->op, t, a, b, w);
     LLVMValueRef cc = operand(c, in->c, w);
     if (in->op == KIR_SELECT)
-        return LLVMBuildSelect(g->b, a, b, cc, "");
+        return LLVMBuildSelect(g->e.b, a, b, cc, "");
     LLVMTypeRef ft = LLVMTypeOf(a);
     LLVMValueRef args[3] = {a, b, cc};
-    return call_intrinsic(g, "llvm.fma", &ft, 1, args, 3);
+    return cg_call_intrinsic(&g->e, "llvm.fma", &ft, 1, args, 3);
 }
 
 static void emit_level(fnc *c, int lvl, int w)
 {
-    for (int i = 0; i < c->g->k->n_insts; i++) {
+    for (int i = 0; i < c->g->e.k->n_insts; i++) {
         if (!c->need[i] || c->level[i] != lvl)
             continue;
         LLVMValueRef v = emit_inst(c, i, w);
@@ -1183,13 +577,13 @@ static void emit_level(fnc *c, int lvl, int w)
 static void run_loop(fnc *c, int a0, LLVMValueRef pb, LLVMValueRef pe, body_fn body)
 {
     gen *g = c->g;
-    LLVMBuilderRef b = g->b;
-    int rank = g->k->rank;
+    LLVMBuilderRef b = g->e.b;
+    int rank = g->e.k->rank;
     c->inner = a0 < rank ? rank - 1 : -1;
     LLVMValueRef mem[BURNC_MAX_RANK] = {0};
     for (int d = a0; d < rank; d++)
-        mem[d] = entry_alloca(c, g->t_i64);
-    LLVMValueRef p_mem = entry_alloca(c, g->t_i64);
+        mem[d] = entry_alloca(c, g->e.t_i64);
+    LLVMValueRef p_mem = entry_alloca(c, g->e.t_i64);
     LLVMBasicBlockRef start = block(c, "walk"), hdr = block(c, "run"), exit = block(c, "walked");
     LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, pb, pe, ""), start, exit);
 
@@ -1199,12 +593,12 @@ static void run_loop(fnc *c, int a0, LLVMValueRef pb, LLVMValueRef pe, body_fn b
     LLVMBuildBr(b, hdr);
 
     LLVMPositionBuilderAtEnd(b, hdr);
-    LLVMValueRef pv = LLVMBuildLoad2(b, g->t_i64, p_mem, "");
+    LLVMValueRef pv = LLVMBuildLoad2(b, g->e.t_i64, p_mem, "");
     LLVMValueRef left = LLVMBuildSub(b, pe, pv, "");
-    LLVMValueRef k0 = c->inner >= 0 ? LLVMBuildLoad2(b, g->t_i64, mem[c->inner], "") : LLVMConstInt(g->t_i64, 0, 0);
+    LLVMValueRef k0 = c->inner >= 0 ? LLVMBuildLoad2(b, g->e.t_i64, mem[c->inner], "") : LLVMConstInt(g->e.t_i64, 0, 0);
     LLVMValueRef run = c->inner >= 0 ? umin(g, LLVMBuildSub(b, c->extent[c->inner], k0, ""), left) : left;
     for (int d = a0; d < c->inner; d++)
-        c->idx[d] = LLVMBuildLoad2(b, g->t_i64, mem[d], "");
+        c->idx[d] = LLVMBuildLoad2(b, g->e.t_i64, mem[d], "");
     slot_offsets(c, 1);
     emit_level(c, 1, 1);
     LLVMValueRef k1 = LLVMBuildAdd(b, k0, run, "");
@@ -1215,12 +609,12 @@ static void run_loop(fnc *c, int a0, LLVMValueRef pb, LLVMValueRef pe, body_fn b
     if (c->inner >= 0) {
         /* The odometer: a finished run carries into the axes above it. */
         LLVMValueRef carry = LLVMBuildICmp(b, LLVMIntEQ, k1, c->extent[c->inner], "");
-        LLVMBuildStore(b, LLVMBuildSelect(b, carry, LLVMConstInt(g->t_i64, 0, 0), k1, ""), mem[c->inner]);
+        LLVMBuildStore(b, LLVMBuildSelect(b, carry, LLVMConstInt(g->e.t_i64, 0, 0), k1, ""), mem[c->inner]);
         for (int d = c->inner - 1; d >= a0; d--) {
-            LLVMValueRef v = LLVMBuildLoad2(b, g->t_i64, mem[d], "");
-            v = LLVMBuildAdd(b, v, LLVMBuildZExt(b, carry, g->t_i64, ""), "");
+            LLVMValueRef v = LLVMBuildLoad2(b, g->e.t_i64, mem[d], "");
+            v = LLVMBuildAdd(b, v, LLVMBuildZExt(b, carry, g->e.t_i64, ""), "");
             carry = LLVMBuildICmp(b, LLVMIntEQ, v, c->extent[d], "");
-            LLVMBuildStore(b, LLVMBuildSelect(b, carry, LLVMConstInt(g->t_i64, 0, 0), v, ""), mem[d]);
+            LLVMBuildStore(b, LLVMBuildSelect(b, carry, LLVMConstInt(g->e.t_i64, 0, 0), v, ""), mem[d]);
         }
     }
     LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, pv2, pe, ""), hdr, exit);
@@ -1232,15 +626,15 @@ static void run_loop(fnc *c, int a0, LLVMValueRef pb, LLVMValueRef pe, body_fn b
  * body on top of ours, which costs a third of the compile time and gains nothing. */
 static void loop_as_is(gen *g, LLVMValueRef br, bool no_unroll)
 {
-    LLVMMetadataRef self = LLVMTemporaryMDNode(g->ctx, NULL, 0);
+    LLVMMetadataRef self = LLVMTemporaryMDNode(g->e.ctx, NULL, 0);
     LLVMMetadataRef vec_ops[2] = {md_str(g, "llvm.loop.vectorize.enable"),
-                                  LLVMValueAsMetadata(LLVMConstInt(g->t_i1, 0, 0))};
+                                  LLVMValueAsMetadata(LLVMConstInt(g->e.t_i1, 0, 0))};
     LLVMMetadataRef unroll_ops[1] = {md_str(g, "llvm.loop.unroll.disable")};
-    LLVMMetadataRef ops[3] = {self, LLVMMDNodeInContext2(g->ctx, vec_ops, 2),
-                              LLVMMDNodeInContext2(g->ctx, unroll_ops, 1)};
-    LLVMMetadataRef id = LLVMMDNodeInContext2(g->ctx, ops, no_unroll ? 3 : 2);
+    LLVMMetadataRef ops[3] = {self, LLVMMDNodeInContext2(g->e.ctx, vec_ops, 2),
+                              LLVMMDNodeInContext2(g->e.ctx, unroll_ops, 1)};
+    LLVMMetadataRef id = LLVMMDNodeInContext2(g->e.ctx, ops, no_unroll ? 3 : 2);
     LLVMMetadataReplaceAllUsesWith(self, id);
-    LLVMSetMetadata(br, g->md_loop, LLVMMetadataAsValue(g->ctx, id));
+    LLVMSetMetadata(br, g->md_loop, LLVMMetadataAsValue(g->e.ctx, id));
 }
 
 /* A vector store of output `slot` at element `at`: non-temporal when kir_args.stream asks for
@@ -1250,28 +644,29 @@ static void loop_as_is(gen *g, LLVMValueRef br, bool no_unroll)
 static void stream_store_at(fnc *c, int slot, LLVMValueRef x, LLVMValueRef at, int w)
 {
     gen *g = c->g;
-    LLVMBuilderRef b = g->b;
-    burnc_dtype_t dt = g->k->outputs[slot].dtype;
-    LLVMTypeRef mt = mem_ty(g, dt);
-    unsigned bytes = (unsigned)w * mem_align(dt), align = bytes < 64 ? bytes : 64;
+    LLVMBuilderRef b = g->e.b;
+    burnc_dtype_t dt = g->e.k->outputs[slot].dtype;
+    LLVMTypeRef mt = cg_mem_ty(&g->e, dt);
+    unsigned bytes = (unsigned)w * cg_mem_align(dt), align = bytes < 64 ? bytes : 64;
     LLVMValueRef p = LLVMBuildGEP2(b, mt, c->out_base[slot], &at, 1, "");
     LLVMValueRef asked = LLVMBuildICmp(b, LLVMIntNE,
-                                       LLVMBuildAnd(b, c->stream, LLVMConstInt(g->t_i32, 1u << slot, 0), ""),
-                                       LLVMConstInt(g->t_i32, 0, 0), "");
-    LLVMValueRef low = LLVMBuildAnd(b, LLVMBuildPtrToInt(b, p, g->t_i64, ""), LLVMConstInt(g->t_i64, align - 1, 0), "");
-    LLVMValueRef nt = LLVMBuildAnd(b, asked, LLVMBuildICmp(b, LLVMIntEQ, low, LLVMConstInt(g->t_i64, 0, 0), ""), "");
+                                       LLVMBuildAnd(b, c->stream, LLVMConstInt(g->e.t_i32, 1u << slot, 0), ""),
+                                       LLVMConstInt(g->e.t_i32, 0, 0), "");
+    LLVMValueRef low =
+        LLVMBuildAnd(b, LLVMBuildPtrToInt(b, p, g->e.t_i64, ""), LLVMConstInt(g->e.t_i64, align - 1, 0), "");
+    LLVMValueRef nt = LLVMBuildAnd(b, asked, LLVMBuildICmp(b, LLVMIntEQ, low, LLVMConstInt(g->e.t_i64, 0, 0), ""), "");
     LLVMBasicBlockRef yes = block(c, "nt_store"), no = block(c, "store"), done = block(c, "stored");
     LLVMBuildCondBr(b, nt, yes, no);
     LLVMPositionBuilderAtEnd(b, yes);
     LLVMValueRef st = LLVMBuildStore(b, x, p);
     LLVMSetAlignment(st, align);
-    LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(g->t_i32, 1, 0));
-    LLVMSetMetadata(st, g->md_nontemporal, LLVMMetadataAsValue(g->ctx, LLVMMDNodeInContext2(g->ctx, &one, 1)));
+    LLVMMetadataRef one = LLVMValueAsMetadata(LLVMConstInt(g->e.t_i32, 1, 0));
+    LLVMSetMetadata(st, g->md_nontemporal, LLVMMetadataAsValue(g->e.ctx, LLVMMDNodeInContext2(g->e.ctx, &one, 1)));
     tag(g, st, g->store_scope[slot], g->store_noalias[slot]);
     LLVMBuildBr(b, done);
     LLVMPositionBuilderAtEnd(b, no);
     st = LLVMBuildStore(b, x, p);
-    LLVMSetAlignment(st, mem_align(dt));
+    LLVMSetAlignment(st, cg_mem_align(dt));
     tag(g, st, g->store_scope[slot], g->store_noalias[slot]);
     LLVMBuildBr(b, done);
     LLVMPositionBuilderAtEnd(b, done);
@@ -1283,20 +678,20 @@ static void stream_fence(fnc *c)
 {
     gen *g = c->g;
     LLVMBasicBlockRef yes = block(c, "fence"), done = block(c, "fenced");
-    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntNE, c->stream, LLVMConstInt(g->t_i32, 0, 0), ""), yes, done);
-    LLVMPositionBuilderAtEnd(g->b, yes);
-    LLVMBuildFence(g->b, LLVMAtomicOrderingSequentiallyConsistent, 0, "");
-    LLVMBuildBr(g->b, done);
-    LLVMPositionBuilderAtEnd(g->b, done);
+    LLVMBuildCondBr(g->e.b, LLVMBuildICmp(g->e.b, LLVMIntNE, c->stream, LLVMConstInt(g->e.t_i32, 0, 0), ""), yes, done);
+    LLVMPositionBuilderAtEnd(g->e.b, yes);
+    LLVMBuildFence(g->e.b, LLVMAtomicOrderingSequentiallyConsistent, 0, "");
+    LLVMBuildBr(g->e.b, done);
+    LLVMPositionBuilderAtEnd(g->e.b, done);
 }
 
 static void store_at(fnc *c, int slot, LLVMValueRef x, LLVMValueRef at)
 {
     gen *g = c->g;
-    burnc_dtype_t dt = g->k->outputs[slot].dtype;
-    LLVMTypeRef mt = mem_ty(g, dt);
-    LLVMValueRef st = LLVMBuildStore(g->b, x, LLVMBuildGEP2(g->b, mt, c->out_base[slot], &at, 1, ""));
-    LLVMSetAlignment(st, mem_align(dt));
+    burnc_dtype_t dt = g->e.k->outputs[slot].dtype;
+    LLVMTypeRef mt = cg_mem_ty(&g->e, dt);
+    LLVMValueRef st = LLVMBuildStore(g->e.b, x, LLVMBuildGEP2(g->e.b, mt, c->out_base[slot], &at, 1, ""));
+    LLVMSetAlignment(st, cg_mem_align(dt));
     tag(g, st, g->store_scope[slot], g->store_noalias[slot]);
 }
 
@@ -1307,15 +702,16 @@ static void store_at(fnc *c, int slot, LLVMValueRef x, LLVMValueRef at)
 static void emit_stores(fnc *c, LLVMValueRef k, bool row, int w)
 {
     gen *g = c->g;
-    LLVMBuilderRef b = g->b;
-    const kir_kernel *kk = g->k;
+    LLVMBuilderRef b = g->e.b;
+    const kir_kernel *kk = g->e.k;
     bool elementwise = kk->n_outer == kk->rank && kk->n_stages == 0;
     for (int s = 0; s < kk->n_stores; s++) {
         const kir_store *st = &kk->stores[s];
         if (!elementwise && st->row != row)
             continue;
         int slot = st->slot;
-        LLVMValueRef v = to_mem(g, operand(c, st->value, w), kk->insts[st->value].type, kk->outputs[slot].dtype, w);
+        LLVMValueRef v =
+            cg_to_mem(&g->e, operand(c, st->value, w), kk->insts[st->value].type, kk->outputs[slot].dtype, w);
         LLVMValueRef off = c->out_off[row ? 0 : 1][slot];
         LLVMValueRef stride = !row && k && c->inner >= 0 ? c->out_stride[slot][c->inner] : NULL;
         if (w > 1 && stride && kk->outputs[slot].stride[c->inner] == KIR_STRIDE_UNIT) {
@@ -1323,12 +719,13 @@ static void emit_stores(fnc *c, LLVMValueRef k, bool row, int w)
         } else if (w == 1 || (stride && kk->outputs[slot].stride[c->inner] == KIR_STRIDE_UNIT)) {
             store_at(c, slot, v, stride ? LLVMBuildAdd(b, off, LLVMBuildMul(b, k, stride, ""), "") : off);
         } else if (!stride) {
-            store_at(c, slot, LLVMBuildExtractElement(b, v, LLVMConstInt(g->t_i32, (unsigned long long)(w - 1), 0), ""),
-                     off);
+            store_at(c, slot,
+                     LLVMBuildExtractElement(b, v, LLVMConstInt(g->e.t_i32, (unsigned long long)(w - 1), 0), ""), off);
         } else {
             for (int lane = 0; lane < w; lane++) {
-                LLVMValueRef pos = LLVMBuildAdd(b, k, LLVMConstInt(g->t_i64, (unsigned long long)lane, 0), "");
-                LLVMValueRef x = LLVMBuildExtractElement(b, v, LLVMConstInt(g->t_i32, (unsigned long long)lane, 0), "");
+                LLVMValueRef pos = LLVMBuildAdd(b, k, LLVMConstInt(g->e.t_i64, (unsigned long long)lane, 0), "");
+                LLVMValueRef x =
+                    LLVMBuildExtractElement(b, v, LLVMConstInt(g->e.t_i32, (unsigned long long)lane, 0), "");
                 store_at(c, slot, x, LLVMBuildAdd(b, off, LLVMBuildMul(b, pos, stride, ""), ""));
             }
         }
@@ -1339,19 +736,19 @@ static void emit_stores(fnc *c, LLVMValueRef k, bool row, int w)
 static LLVMValueRef store_loop(fnc *c, LLVMValueRef from, LLVMValueRef to, int w)
 {
     gen *g = c->g;
-    LLVMBuilderRef b = g->b;
-    LLVMValueRef k_mem = entry_alloca(c, g->t_i64);
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef k_mem = entry_alloca(c, g->e.t_i64);
     LLVMBuildStore(b, from, k_mem);
     LLVMBasicBlockRef loop = block(c, w > 1 ? "elem_vec" : "elem"), exit = block(c, "elem_done");
     LLVMBuildBr(b, loop);
     LLVMPositionBuilderAtEnd(b, loop);
-    LLVMValueRef k = LLVMBuildLoad2(b, g->t_i64, k_mem, "");
+    LLVMValueRef k = LLVMBuildLoad2(b, g->e.t_i64, k_mem, "");
     c->kin = k;
     if (w > 1)
-        memset(c->spl, 0, (size_t)g->k->n_insts * sizeof *c->spl);
+        memset(c->spl, 0, (size_t)g->e.k->n_insts * sizeof *c->spl);
     emit_level(c, 2, w);
     emit_stores(c, k, false, w);
-    LLVMValueRef k2 = LLVMBuildAdd(b, k, LLVMConstInt(g->t_i64, (unsigned long long)w, 0), "");
+    LLVMValueRef k2 = LLVMBuildAdd(b, k, LLVMConstInt(g->e.t_i64, (unsigned long long)w, 0), "");
     LLVMBuildStore(b, k2, k_mem);
     LLVMValueRef br = LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, k2, to, ""), loop, exit);
     if (c->inner >= 0)
@@ -1365,7 +762,7 @@ static LLVMValueRef store_loop(fnc *c, LLVMValueRef from, LLVMValueRef to, int w
 static void body_stores(fnc *c, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef p0)
 {
     gen *g = c->g;
-    LLVMBuilderRef b = g->b;
+    LLVMBuilderRef b = g->e.b;
     c->jbase = LLVMBuildSub(b, p0, k0, "");
     int w = g->elem_width;
     if (c->inner < 0 || w <= 1) {
@@ -1373,9 +770,9 @@ static void body_stores(fnc *c, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef p
         return;
     }
     LLVMValueRef whole =
-        LLVMBuildAnd(b, LLVMBuildSub(b, k1, k0, ""), LLVMConstInt(g->t_i64, ~(uint64_t)(w - 1), 0), "");
+        LLVMBuildAnd(b, LLVMBuildSub(b, k1, k0, ""), LLVMConstInt(g->e.t_i64, ~(uint64_t)(w - 1), 0), "");
     LLVMValueRef kv_end = LLVMBuildAdd(b, k0, whole, "");
-    LLVMValueRef k_mem = entry_alloca(c, g->t_i64);
+    LLVMValueRef k_mem = entry_alloca(c, g->e.t_i64);
     LLVMBuildStore(b, k0, k_mem);
     LLVMBasicBlockRef vec = block(c, "vec_steps"), tail_check = block(c, "tail_check"), tail = block(c, "tail"),
                       done = block(c, "run_done");
@@ -1384,7 +781,7 @@ static void body_stores(fnc *c, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef p
     LLVMBuildStore(b, store_loop(c, k0, kv_end, w), k_mem);
     LLVMBuildBr(b, tail_check);
     LLVMPositionBuilderAtEnd(b, tail_check);
-    LLVMValueRef kt = LLVMBuildLoad2(b, g->t_i64, k_mem, "");
+    LLVMValueRef kt = LLVMBuildLoad2(b, g->e.t_i64, k_mem, "");
     LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, kt, k1, ""), tail, done);
     LLVMPositionBuilderAtEnd(b, tail);
     store_loop(c, kt, k1, 1);
@@ -1399,8 +796,8 @@ static void body_stores(fnc *c, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef p
 static void prefetch_next_row(fnc *c)
 {
     gen *g = c->g;
-    const kir_kernel *k = g->k;
-    LLVMTypeRef pty = g->t_ptr;
+    const kir_kernel *k = g->e.k;
+    LLVMTypeRef pty = g->e.t_ptr;
     for (int s = 0; s < k->n_inputs; s++) {
         LLVMValueRef next = c->in_stride[s][k->n_outer - 1];
         if (k->inputs[s].stride[c->inner] != KIR_STRIDE_UNIT || !next)
@@ -1410,14 +807,15 @@ static void prefetch_next_row(fnc *c)
             used = c->need[i] && k->insts[i].op == KIR_LOAD && k->insts[i].a == s && c->level[i] == 2;
         if (!used)
             continue;
-        LLVMTypeRef mt = mem_ty(g, k->inputs[s].dtype);
-        int per_line = 64 / (int)mem_align(k->inputs[s].dtype);
+        LLVMTypeRef mt = cg_mem_ty(&g->e, k->inputs[s].dtype);
+        int per_line = 64 / (int)cg_mem_align(k->inputs[s].dtype);
         for (int e = 0; e < W; e += per_line) {
-            LLVMValueRef off = LLVMBuildAdd(g->b, LLVMBuildAdd(g->b, c->in_off[1][s], c->kin, ""), next, "");
-            off = LLVMBuildAdd(g->b, off, LLVMConstInt(g->t_i64, (unsigned long long)e, 0), "");
-            LLVMValueRef args[4] = {LLVMBuildGEP2(g->b, mt, c->in_base[s], &off, 1, ""), LLVMConstInt(g->t_i32, 0, 0),
-                                    LLVMConstInt(g->t_i32, 2, 0), LLVMConstInt(g->t_i32, 1, 0)};
-            call_intrinsic(g, "llvm.prefetch", &pty, 1, args, 4);
+            LLVMValueRef off = LLVMBuildAdd(g->e.b, LLVMBuildAdd(g->e.b, c->in_off[1][s], c->kin, ""), next, "");
+            off = LLVMBuildAdd(g->e.b, off, LLVMConstInt(g->e.t_i64, (unsigned long long)e, 0), "");
+            LLVMValueRef args[4] = {LLVMBuildGEP2(g->e.b, mt, c->in_base[s], &off, 1, ""),
+                                    LLVMConstInt(g->e.t_i32, 0, 0), LLVMConstInt(g->e.t_i32, 2, 0),
+                                    LLVMConstInt(g->e.t_i32, 1, 0)};
+            cg_call_intrinsic(&g->e, "llvm.prefetch", &pty, 1, args, 4);
         }
     }
 }
@@ -1427,27 +825,27 @@ static void prefetch_next_row(fnc *c)
 static void body_leaf(fnc *c, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef p0)
 {
     gen *g = c->g;
-    LLVMBuilderRef b = g->b;
-    const kir_stage *st = &g->k->stages[c->stage];
-    int comb = st->combiner, t = g->k->insts[st->value].type;
+    LLVMBuilderRef b = g->e.b;
+    const kir_stage *st = &g->e.k->stages[c->stage];
+    int comb = st->combiner, t = g->e.k->insts[st->value].type;
     bool arg = is_arg_comb(comb);
-    LLVMTypeRef vt = vty(ty_of(g, t), W), pt = vty(g->t_i64, W);
-    LLVMValueRef j_mem = entry_alloca(c, g->t_i64);
+    LLVMTypeRef vt = vty(cg_ty_of(&g->e, t), W), pt = vty(g->e.t_i64, W);
+    LLVMValueRef j_mem = entry_alloca(c, g->e.t_i64);
     LLVMBuildStore(b, k0, j_mem);
     LLVMBasicBlockRef hdr = block(c, "step"), pick = block(c, "pick"), vec = block(c, "vec"), sca = block(c, "one"),
                       exit = block(c, "steps_done");
     LLVMBuildBr(b, hdr);
 
     LLVMPositionBuilderAtEnd(b, hdr);
-    LLVMValueRef kk = LLVMBuildLoad2(b, g->t_i64, j_mem, "");
+    LLVMValueRef kk = LLVMBuildLoad2(b, g->e.t_i64, j_mem, "");
     LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, kk, k1, ""), pick, exit);
 
     LLVMPositionBuilderAtEnd(b, pick);
     LLVMValueRef pos = LLVMBuildAdd(b, p0, LLVMBuildSub(b, kk, k0, ""), "");
-    LLVMValueRef lane = LLVMBuildAnd(b, pos, LLVMConstInt(g->t_i64, W - 1, 0), "");
+    LLVMValueRef lane = LLVMBuildAnd(b, pos, LLVMConstInt(g->e.t_i64, W - 1, 0), "");
     LLVMValueRef whole =
-        LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, lane, LLVMConstInt(g->t_i64, 0, 0), ""),
-                     LLVMBuildICmp(b, LLVMIntUGE, LLVMBuildSub(b, k1, kk, ""), LLVMConstInt(g->t_i64, W, 0), ""), "");
+        LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, lane, LLVMConstInt(g->e.t_i64, 0, 0), ""),
+                     LLVMBuildICmp(b, LLVMIntUGE, LLVMBuildSub(b, k1, kk, ""), LLVMConstInt(g->e.t_i64, W, 0), ""), "");
     LLVMBuildCondBr(b, whole, vec, sca);
 
     LLVMPositionBuilderAtEnd(b, vec);
@@ -1460,11 +858,11 @@ static void body_leaf(fnc *c, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef p0)
     if (arg)
         vpos = LLVMBuildAdd(b, splat(g, pos, W), iota(g, W), "");
     LLVMValueRef acc = LLVMBuildLoad2(b, vt, c->acc, ""), accp = arg ? LLVMBuildLoad2(b, pt, c->accp, "") : NULL;
-    combine(g, comb, t, acc, accp, v, vpos, &acc, &accp);
+    cg_combine(&g->e, comb, t, acc, accp, v, vpos, &acc, &accp);
     LLVMBuildStore(b, acc, c->acc);
     if (arg)
         LLVMBuildStore(b, accp, c->accp);
-    LLVMBuildStore(b, LLVMBuildAdd(b, kk, LLVMConstInt(g->t_i64, W, 0), ""), j_mem);
+    LLVMBuildStore(b, LLVMBuildAdd(b, kk, LLVMConstInt(g->e.t_i64, W, 0), ""), j_mem);
     LLVMBuildBr(b, hdr);
 
     LLVMPositionBuilderAtEnd(b, sca);
@@ -1472,18 +870,18 @@ static void body_leaf(fnc *c, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef p0)
     emit_level(c, 2, 1);
     stash_stores(c, pos, 1);
     LLVMValueRef x = c->sv[st->value];
-    LLVMValueRef l32 = LLVMBuildTrunc(b, lane, g->t_i32, "");
+    LLVMValueRef l32 = LLVMBuildTrunc(b, lane, g->e.t_i32, "");
     LLVMValueRef av = LLVMBuildLoad2(b, vt, c->acc, "");
     LLVMValueRef lv = LLVMBuildExtractElement(b, av, l32, ""), lp = NULL, ap = NULL;
     if (arg) {
         ap = LLVMBuildLoad2(b, pt, c->accp, "");
         lp = LLVMBuildExtractElement(b, ap, l32, "");
     }
-    combine(g, comb, t, lv, lp, x, pos, &lv, &lp);
+    cg_combine(&g->e, comb, t, lv, lp, x, pos, &lv, &lp);
     LLVMBuildStore(b, LLVMBuildInsertElement(b, av, lv, l32, ""), c->acc);
     if (arg)
         LLVMBuildStore(b, LLVMBuildInsertElement(b, ap, lp, l32, ""), c->accp);
-    LLVMBuildStore(b, LLVMBuildAdd(b, kk, LLVMConstInt(g->t_i64, 1, 0), ""), j_mem);
+    LLVMBuildStore(b, LLVMBuildAdd(b, kk, LLVMConstInt(g->e.t_i64, 1, 0), ""), j_mem);
     LLVMBuildBr(b, hdr);
 
     LLVMPositionBuilderAtEnd(b, exit);
@@ -1494,7 +892,7 @@ static void body_leaf(fnc *c, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef p0)
 /* Axis levels of a function that walks a row's reduced axes (outer axes fixed by `row`). */
 static void row_axis_levels(fnc *c)
 {
-    const kir_kernel *k = c->g->k;
+    const kir_kernel *k = c->g->e.k;
     for (int d = 0; d < k->rank; d++)
         c->axis_level[d] = (int8_t)(d < k->n_outer ? 0 : d == k->rank - 1 ? 2 : 1);
 }
@@ -1504,7 +902,7 @@ static void row_axis_levels(fnc *c)
 static void row_entry(fnc *c, LLVMValueRef args, LLVMValueRef row, LLVMValueRef reduced, int n_reduced)
 {
     gen *g = c->g;
-    const kir_kernel *k = g->k;
+    const kir_kernel *k = g->e.k;
     load_launch(c, args);
     decompose(c, row, 0, k->n_outer, c->idx, NULL);
     for (int s = 0; s < n_reduced; s++) {
@@ -1520,7 +918,7 @@ static int stage_type(const kir_kernel *k, int s) { return k->insts[k->stages[s]
 /* leaf_s(args, row, leaf, reduced, out_value, out_pos): one leaf of stage s of a row. */
 static void build_leaf_fn(gen *g, int s)
 {
-    const kir_kernel *k = g->k;
+    const kir_kernel *k = g->e.k;
     fnc c;
     char name[32];
     snprintf(name, sizeof name, "burnc_leaf%d", s);
@@ -1537,24 +935,24 @@ static void build_leaf_fn(gen *g, int s)
     row_entry(&c, args, row, LLVMGetParam(c.fn, 3), s);
 
     int comb = k->stages[s].combiner, t = stage_type(k, s);
-    c.acc = entry_alloca(&c, vty(ty_of(g, t), W));
-    LLVMBuildStore(g->b, identity(g, comb, t, W), c.acc);
+    c.acc = entry_alloca(&c, vty(cg_ty_of(&g->e, t), W));
+    LLVMBuildStore(g->e.b, cg_identity(&g->e, comb, t, W), c.acc);
     if (is_arg_comb(comb)) {
-        c.accp = entry_alloca(&c, vty(g->t_i64, W));
-        LLVMBuildStore(g->b, kint(g->t_i64, INT64_MAX, W), c.accp);
+        c.accp = entry_alloca(&c, vty(g->e.t_i64, W));
+        LLVMBuildStore(g->e.b, kint(g->e.t_i64, INT64_MAX, W), c.accp);
     }
-    LLVMValueRef lb = LLVMBuildShl(g->b, leaf, LLVMConstInt(g->t_i64, LEAF_SHIFT, 0), "");
-    LLVMValueRef le = umin(g, LLVMBuildAdd(g->b, lb, LLVMConstInt(g->t_i64, KIR_LEAF, 0), ""), c.row_len);
+    LLVMValueRef lb = LLVMBuildShl(g->e.b, leaf, LLVMConstInt(g->e.t_i64, LEAF_SHIFT, 0), "");
+    LLVMValueRef le = umin(g, LLVMBuildAdd(g->e.b, lb, LLVMConstInt(g->e.t_i64, KIR_LEAF, 0), ""), c.row_len);
     run_loop(&c, k->n_outer, lb, le, body_leaf);
 
-    LLVMValueRef v = LLVMBuildLoad2(g->b, vty(ty_of(g, t), W), c.acc, ""), p = NULL;
+    LLVMValueRef v = LLVMBuildLoad2(g->e.b, vty(cg_ty_of(&g->e, t), W), c.acc, ""), p = NULL;
     if (c.accp)
-        p = LLVMBuildLoad2(g->b, vty(g->t_i64, W), c.accp, "");
+        p = LLVMBuildLoad2(g->e.b, vty(g->e.t_i64, W), c.accp, "");
     lane_tree(g, comb, t, &v, &p);
-    LLVMBuildStore(g->b, v, LLVMGetParam(c.fn, 4));
+    LLVMBuildStore(g->e.b, v, LLVMGetParam(c.fn, 4));
     if (p)
-        LLVMBuildStore(g->b, p, LLVMGetParam(c.fn, 5));
-    LLVMBuildRetVoid(g->b);
+        LLVMBuildStore(g->e.b, p, LLVMGetParam(c.fn, 5));
+    LLVMBuildRetVoid(g->e.b);
 done:
     fn_end(&c);
 }
@@ -1572,7 +970,7 @@ static int collect_stores(const kir_kernel *k, bool row, bool any, int32_t *root
  * with a stash, one walk that reads the stashed values and one that computes them. */
 static void build_elem_fn(gen *g)
 {
-    const kir_kernel *k = g->k;
+    const kir_kernel *k = g->e.k;
     fnc c;
     uint8_t *cut = NULL;
     g->elem_fn = fn_begin(g, &c, "burnc_elem", g->elem_ty, true);
@@ -1583,12 +981,12 @@ static void build_elem_fn(gen *g)
     int n_roots = collect_stores(k, false, false, roots);
     analyze(&c, roots, n_roots);
     row_entry(&c, LLVMGetParam(c.fn, 0), LLVMGetParam(c.fn, 1), LLVMGetParam(c.fn, 2), k->n_stages);
-    LLVMValueRef zero = LLVMConstInt(g->t_i64, 0, 0);
+    LLVMValueRef zero = LLVMConstInt(g->e.t_i64, 0, 0);
     if (g->n_stash && (cut = calloc((size_t)k->n_insts, 1))) {
         LLVMValueRef stash = LLVMGetParam(c.fn, 3);
         LLVMBasicBlockRef with = block(&c, "with_stash"), without = block(&c, "without_stash");
-        LLVMBuildCondBr(g->b, LLVMBuildIsNotNull(g->b, stash, ""), with, without);
-        LLVMPositionBuilderAtEnd(g->b, with);
+        LLVMBuildCondBr(g->e.b, LLVMBuildIsNotNull(g->e.b, stash, ""), with, without);
+        LLVMPositionBuilderAtEnd(g->e.b, with);
         uint8_t *plain = c.need;
         c.need = calloc((size_t)k->n_insts, 1);
         for (int v = 0; v < g->n_stash; v++)
@@ -1601,12 +999,12 @@ static void build_elem_fn(gen *g)
             c.cut = NULL;
             free(c.need);
         }
-        LLVMBuildRetVoid(g->b);
+        LLVMBuildRetVoid(g->e.b);
         c.need = plain;
-        LLVMPositionBuilderAtEnd(g->b, without);
+        LLVMPositionBuilderAtEnd(g->e.b, without);
     }
     run_loop(&c, k->n_outer, zero, c.row_len, body_stores);
-    LLVMBuildRetVoid(g->b);
+    LLVMBuildRetVoid(g->e.b);
 done:
     free(cut);
     fn_end(&c);
@@ -1615,7 +1013,7 @@ done:
 /* finish(args, row, stage_results): the row stores, reduced coordinates 0. */
 static void build_finish(gen *g)
 {
-    const kir_kernel *k = g->k;
+    const kir_kernel *k = g->e.k;
     fnc c;
     g->finish_fn = fn_begin(g, &c, CG_SYM_FINISH, g->finish_ty, false);
     if (!fn_ok(&c))
@@ -1624,10 +1022,10 @@ static void build_finish(gen *g)
     int32_t roots[KIR_MAX_OUTPUTS];
     analyze(&c, roots, collect_stores(k, true, false, roots));
     for (int d = k->n_outer; d < k->rank; d++)
-        c.idx[d] = LLVMConstInt(g->t_i64, 0, 0);
+        c.idx[d] = LLVMConstInt(g->e.t_i64, 0, 0);
     row_entry(&c, LLVMGetParam(c.fn, 0), LLVMGetParam(c.fn, 1), LLVMGetParam(c.fn, 2), k->n_stages);
     emit_stores(&c, NULL, true, 1);
-    LLVMBuildRetVoid(g->b);
+    LLVMBuildRetVoid(g->e.b);
 done:
     fn_end(&c);
 }
@@ -1637,20 +1035,20 @@ done:
 static void clamp_rows(fnc *c, int axes, LLVMValueRef *begin, LLVMValueRef *end)
 {
     gen *g = c->g;
-    LLVMValueRef n = LLVMConstInt(g->t_i64, 1, 0), zero = LLVMConstInt(g->t_i64, 0, 0);
+    LLVMValueRef n = LLVMConstInt(g->e.t_i64, 1, 0), zero = LLVMConstInt(g->e.t_i64, 0, 0);
     for (int d = 0; d < axes; d++)
-        n = LLVMBuildMul(g->b, n, c->extent[d], "");
-    *begin = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, *begin, zero, ""), zero, *begin, "");
-    *end = LLVMBuildSelect(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, n, *end, ""), n, *end, "");
+        n = LLVMBuildMul(g->e.b, n, c->extent[d], "");
+    *begin = LLVMBuildSelect(g->e.b, LLVMBuildICmp(g->e.b, LLVMIntSLT, *begin, zero, ""), zero, *begin, "");
+    *end = LLVMBuildSelect(g->e.b, LLVMBuildICmp(g->e.b, LLVMIntSLT, n, *end, ""), n, *end, "");
 }
 
 /* rows(args, begin, end) of an element-wise kernel: one walk over the whole domain. */
 static void build_rows_elementwise(gen *g)
 {
-    const kir_kernel *k = g->k;
+    const kir_kernel *k = g->e.k;
     fnc c;
-    LLVMTypeRef params[3] = {g->t_ptr, g->t_i64, g->t_i64};
-    fn_begin(g, &c, CG_SYM_ROWS, LLVMFunctionType(g->t_void, params, 3, 0), false);
+    LLVMTypeRef params[3] = {g->e.t_ptr, g->e.t_i64, g->e.t_i64};
+    fn_begin(g, &c, CG_SYM_ROWS, LLVMFunctionType(g->e.t_void, params, 3, 0), false);
     if (!fn_ok(&c))
         goto done;
     for (int d = 0; d < k->rank; d++)
@@ -1664,7 +1062,7 @@ static void build_rows_elementwise(gen *g)
     emit_level(&c, 0, 1);
     run_loop(&c, 0, begin, end, body_stores);
     stream_fence(&c);
-    LLVMBuildRetVoid(g->b);
+    LLVMBuildRetVoid(g->e.b);
 done:
     fn_end(&c);
 }
@@ -1679,31 +1077,31 @@ typedef struct loop_ctl {
 static LLVMValueRef loop_open(fnc *c, loop_ctl *l, LLVMValueRef from, LLVMValueRef to)
 {
     gen *g = c->g;
-    l->mem = entry_alloca(c, g->t_i64);
+    l->mem = entry_alloca(c, g->e.t_i64);
     l->to = to;
-    LLVMBuildStore(g->b, from, l->mem);
+    LLVMBuildStore(g->e.b, from, l->mem);
     l->hdr = block(c, "for");
     l->body = block(c, "for_body");
     l->exit = block(c, "for_done");
-    LLVMBuildBr(g->b, l->hdr);
-    LLVMPositionBuilderAtEnd(g->b, l->hdr);
-    l->i = LLVMBuildLoad2(g->b, g->t_i64, l->mem, "");
-    LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSLT, l->i, to, ""), l->body, l->exit);
-    LLVMPositionBuilderAtEnd(g->b, l->body);
+    LLVMBuildBr(g->e.b, l->hdr);
+    LLVMPositionBuilderAtEnd(g->e.b, l->hdr);
+    l->i = LLVMBuildLoad2(g->e.b, g->e.t_i64, l->mem, "");
+    LLVMBuildCondBr(g->e.b, LLVMBuildICmp(g->e.b, LLVMIntSLT, l->i, to, ""), l->body, l->exit);
+    LLVMPositionBuilderAtEnd(g->e.b, l->body);
     return l->i;
 }
 
 static void loop_close(fnc *c, loop_ctl *l)
 {
     gen *g = c->g;
-    LLVMBuildStore(g->b, LLVMBuildAdd(g->b, l->i, LLVMConstInt(g->t_i64, 1, 0), ""), l->mem);
-    LLVMBuildBr(g->b, l->hdr);
-    LLVMPositionBuilderAtEnd(g->b, l->exit);
+    LLVMBuildStore(g->e.b, LLVMBuildAdd(g->e.b, l->i, LLVMConstInt(g->e.t_i64, 1, 0), ""), l->mem);
+    LLVMBuildBr(g->e.b, l->hdr);
+    LLVMPositionBuilderAtEnd(g->e.b, l->exit);
 }
 
 static LLVMValueRef gep1(gen *g, LLVMTypeRef t, LLVMValueRef base, LLVMValueRef i)
 {
-    return LLVMBuildGEP2(g->b, t, base, &i, 1, "");
+    return LLVMBuildGEP2(g->e.b, t, base, &i, 1, "");
 }
 
 /* Stage s of `row` into reduced[s]: the leaves in order, combined by the pairwise tree with
@@ -1712,46 +1110,46 @@ static LLVMValueRef gep1(gen *g, LLVMTypeRef t, LLVMValueRef base, LLVMValueRef 
 static void emit_stage(fnc *c, int s, LLVMValueRef args, LLVMValueRef row, LLVMValueRef reduced, LLVMValueRef stash)
 {
     gen *g = c->g;
-    LLVMBuilderRef b = g->b;
-    const kir_kernel *k = g->k;
+    LLVMBuilderRef b = g->e.b;
+    const kir_kernel *k = g->e.k;
     int comb = k->stages[s].combiner, t = stage_type(k, s);
     bool arg = is_arg_comb(comb);
-    LLVMTypeRef et = ty_of(g, t);
+    LLVMTypeRef et = cg_ty_of(&g->e, t);
     LLVMValueRef sv = entry_alloca(c, LLVMArrayType(et, STACK_DEPTH));
-    LLVMValueRef sp_pos = entry_alloca(c, LLVMArrayType(g->t_i64, STACK_DEPTH));
-    LLVMValueRef sp = entry_alloca(c, g->t_i64), rv = entry_alloca(c, et), rp = entry_alloca(c, g->t_i64);
-    LLVMValueRef tv = entry_alloca(c, et), tp = entry_alloca(c, g->t_i64), tmem = entry_alloca(c, g->t_i64);
-    LLVMValueRef one = LLVMConstInt(g->t_i64, 1, 0), two = LLVMConstInt(g->t_i64, 2, 0);
-    LLVMBuildStore(b, LLVMConstInt(g->t_i64, 0, 0), sp);
-    LLVMBuildStore(b, identity(g, comb, t, 1), rv);
-    LLVMBuildStore(b, LLVMConstInt(g->t_i64, INT64_MAX, 0), rp);
-    LLVMValueRef n_leaves = LLVMBuildLShr(b, LLVMBuildAdd(b, c->row_len, LLVMConstInt(g->t_i64, KIR_LEAF - 1, 0), ""),
-                                          LLVMConstInt(g->t_i64, LEAF_SHIFT, 0), "");
+    LLVMValueRef sp_pos = entry_alloca(c, LLVMArrayType(g->e.t_i64, STACK_DEPTH));
+    LLVMValueRef sp = entry_alloca(c, g->e.t_i64), rv = entry_alloca(c, et), rp = entry_alloca(c, g->e.t_i64);
+    LLVMValueRef tv = entry_alloca(c, et), tp = entry_alloca(c, g->e.t_i64), tmem = entry_alloca(c, g->e.t_i64);
+    LLVMValueRef one = LLVMConstInt(g->e.t_i64, 1, 0), two = LLVMConstInt(g->e.t_i64, 2, 0);
+    LLVMBuildStore(b, LLVMConstInt(g->e.t_i64, 0, 0), sp);
+    LLVMBuildStore(b, cg_identity(&g->e, comb, t, 1), rv);
+    LLVMBuildStore(b, LLVMConstInt(g->e.t_i64, INT64_MAX, 0), rp);
+    LLVMValueRef n_leaves = LLVMBuildLShr(b, LLVMBuildAdd(b, c->row_len, LLVMConstInt(g->e.t_i64, KIR_LEAF - 1, 0), ""),
+                                          LLVMConstInt(g->e.t_i64, LEAF_SHIFT, 0), "");
 
     loop_ctl leaves;
-    LLVMValueRef leaf = loop_open(c, &leaves, LLVMConstInt(g->t_i64, 0, 0), n_leaves);
+    LLVMValueRef leaf = loop_open(c, &leaves, LLVMConstInt(g->e.t_i64, 0, 0), n_leaves);
     LLVMValueRef cargs[7] = {args, row, leaf, reduced, tv, tp, stash};
     LLVMBuildCall2(b, g->leaf_ty, g->leaf_fn[s], cargs, 7, "");
-    LLVMValueRef top = LLVMBuildLoad2(b, g->t_i64, sp, "");
+    LLVMValueRef top = LLVMBuildLoad2(b, g->e.t_i64, sp, "");
     LLVMBuildStore(b, LLVMBuildLoad2(b, et, tv, ""), gep1(g, et, sv, top));
-    LLVMBuildStore(b, LLVMBuildLoad2(b, g->t_i64, tp, ""), gep1(g, g->t_i64, sp_pos, top));
+    LLVMBuildStore(b, LLVMBuildLoad2(b, g->e.t_i64, tp, ""), gep1(g, g->e.t_i64, sp_pos, top));
     LLVMBuildStore(b, LLVMBuildAdd(b, top, one, ""), sp);
     LLVMBuildStore(b, LLVMBuildAdd(b, leaf, one, ""), tmem);
     LLVMBasicBlockRef mh = block(c, "merge"), mb = block(c, "merge_body"), me = block(c, "merge_done");
     LLVMBuildBr(b, mh);
     LLVMPositionBuilderAtEnd(b, mh);
-    LLVMValueRef cnt = LLVMBuildLoad2(b, g->t_i64, tmem, "");
-    LLVMValueRef even = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildAnd(b, cnt, one, ""), LLVMConstInt(g->t_i64, 0, 0), "");
+    LLVMValueRef cnt = LLVMBuildLoad2(b, g->e.t_i64, tmem, "");
+    LLVMValueRef even = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildAnd(b, cnt, one, ""), LLVMConstInt(g->e.t_i64, 0, 0), "");
     LLVMBuildCondBr(b, even, mb, me);
     LLVMPositionBuilderAtEnd(b, mb);
     {
-        LLVMValueRef h = LLVMBuildLoad2(b, g->t_i64, sp, "");
+        LLVMValueRef h = LLVMBuildLoad2(b, g->e.t_i64, sp, "");
         LLVMValueRef li = LLVMBuildSub(b, h, two, ""), ri = LLVMBuildSub(b, h, one, "");
-        LLVMValueRef lvp = gep1(g, et, sv, li), lpp = gep1(g, g->t_i64, sp_pos, li);
+        LLVMValueRef lvp = gep1(g, et, sv, li), lpp = gep1(g, g->e.t_i64, sp_pos, li);
         LLVMValueRef lv = LLVMBuildLoad2(b, et, lvp, ""), rvv = LLVMBuildLoad2(b, et, gep1(g, et, sv, ri), "");
-        LLVMValueRef lp = LLVMBuildLoad2(b, g->t_i64, lpp, "");
-        LLVMValueRef rpp = LLVMBuildLoad2(b, g->t_i64, gep1(g, g->t_i64, sp_pos, ri), "");
-        combine(g, comb, t, lv, lp, rvv, rpp, &lv, &lp);
+        LLVMValueRef lp = LLVMBuildLoad2(b, g->e.t_i64, lpp, "");
+        LLVMValueRef rpp = LLVMBuildLoad2(b, g->e.t_i64, gep1(g, g->e.t_i64, sp_pos, ri), "");
+        cg_combine(&g->e, comb, t, lv, lp, rvv, rpp, &lv, &lp);
         LLVMBuildStore(b, lv, lvp);
         if (arg)
             LLVMBuildStore(b, lp, lpp);
@@ -1765,23 +1163,23 @@ static void emit_stage(fnc *c, int s, LLVMValueRef args, LLVMValueRef row, LLVMV
     /* Fold what is left on the stack, from the top: later leaves are the right operand. */
     LLVMBasicBlockRef fold = block(c, "fold"), fh = block(c, "fold_hdr"), fb = block(c, "fold_body"),
                       fe = block(c, "fold_done");
-    LLVMValueRef h0 = LLVMBuildLoad2(b, g->t_i64, sp, "");
-    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSGT, h0, LLVMConstInt(g->t_i64, 0, 0), ""), fold, fe);
+    LLVMValueRef h0 = LLVMBuildLoad2(b, g->e.t_i64, sp, "");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSGT, h0, LLVMConstInt(g->e.t_i64, 0, 0), ""), fold, fe);
     LLVMPositionBuilderAtEnd(b, fold);
     LLVMValueRef ti = LLVMBuildSub(b, h0, one, "");
     LLVMBuildStore(b, LLVMBuildLoad2(b, et, gep1(g, et, sv, ti), ""), rv);
-    LLVMBuildStore(b, LLVMBuildLoad2(b, g->t_i64, gep1(g, g->t_i64, sp_pos, ti), ""), rp);
+    LLVMBuildStore(b, LLVMBuildLoad2(b, g->e.t_i64, gep1(g, g->e.t_i64, sp_pos, ti), ""), rp);
     LLVMBuildStore(b, ti, tmem);
     LLVMBuildBr(b, fh);
     LLVMPositionBuilderAtEnd(b, fh);
-    LLVMValueRef j = LLVMBuildSub(b, LLVMBuildLoad2(b, g->t_i64, tmem, ""), one, "");
-    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSGE, j, LLVMConstInt(g->t_i64, 0, 0), ""), fb, fe);
+    LLVMValueRef j = LLVMBuildSub(b, LLVMBuildLoad2(b, g->e.t_i64, tmem, ""), one, "");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSGE, j, LLVMConstInt(g->e.t_i64, 0, 0), ""), fb, fe);
     LLVMPositionBuilderAtEnd(b, fb);
     {
         LLVMValueRef lv = LLVMBuildLoad2(b, et, gep1(g, et, sv, j), "");
-        LLVMValueRef lp = LLVMBuildLoad2(b, g->t_i64, gep1(g, g->t_i64, sp_pos, j), "");
-        LLVMValueRef r_v = LLVMBuildLoad2(b, et, rv, ""), r_p = LLVMBuildLoad2(b, g->t_i64, rp, "");
-        combine(g, comb, t, lv, lp, r_v, r_p, &lv, &lp);
+        LLVMValueRef lp = LLVMBuildLoad2(b, g->e.t_i64, gep1(g, g->e.t_i64, sp_pos, j), "");
+        LLVMValueRef r_v = LLVMBuildLoad2(b, et, rv, ""), r_p = LLVMBuildLoad2(b, g->e.t_i64, rp, "");
+        cg_combine(&g->e, comb, t, lv, lp, r_v, r_p, &lv, &lp);
         LLVMBuildStore(b, lv, rv);
         if (arg)
             LLVMBuildStore(b, lp, rp);
@@ -1789,11 +1187,11 @@ static void emit_stage(fnc *c, int s, LLVMValueRef args, LLVMValueRef row, LLVMV
         LLVMBuildBr(b, fh);
     }
     LLVMPositionBuilderAtEnd(b, fe);
-    LLVMValueRef slot = gep1(g, g->t_i64, reduced, LLVMConstInt(g->t_i64, (unsigned long long)s, 0));
+    LLVMValueRef slot = gep1(g, g->e.t_i64, reduced, LLVMConstInt(g->e.t_i64, (unsigned long long)s, 0));
     if (arg) {
-        LLVMValueRef p = LLVMBuildLoad2(b, g->t_i64, rp, "");
-        LLVMValueRef none = LLVMBuildICmp(b, LLVMIntEQ, p, LLVMConstInt(g->t_i64, INT64_MAX, 0), "");
-        LLVMBuildStore(b, LLVMBuildSelect(b, none, LLVMConstInt(g->t_i64, 0, 0), p, ""), slot);
+        LLVMValueRef p = LLVMBuildLoad2(b, g->e.t_i64, rp, "");
+        LLVMValueRef none = LLVMBuildICmp(b, LLVMIntEQ, p, LLVMConstInt(g->e.t_i64, INT64_MAX, 0), "");
+        LLVMBuildStore(b, LLVMBuildSelect(b, none, LLVMConstInt(g->e.t_i64, 0, 0), p, ""), slot);
     } else {
         scalar_out(g, LLVMBuildLoad2(b, et, rv, ""), t, slot);
     }
@@ -1803,23 +1201,23 @@ static void emit_stage(fnc *c, int s, LLVMValueRef args, LLVMValueRef row, LLVMV
  * element stores (rows with positions only), the row stores. */
 static void build_rows_reduce(gen *g)
 {
-    const kir_kernel *k = g->k;
+    const kir_kernel *k = g->e.k;
     fnc c;
-    LLVMTypeRef params[3] = {g->t_ptr, g->t_i64, g->t_i64};
-    fn_begin(g, &c, CG_SYM_ROWS, LLVMFunctionType(g->t_void, params, 3, 0), false);
+    LLVMTypeRef params[3] = {g->e.t_ptr, g->e.t_i64, g->e.t_i64};
+    fn_begin(g, &c, CG_SYM_ROWS, LLVMFunctionType(g->e.t_void, params, 3, 0), false);
     if (!fn_ok(&c))
         goto done;
     LLVMValueRef args = LLVMGetParam(c.fn, 0);
     load_launch(&c, args);
-    LLVMValueRef reduced = entry_alloca(&c, LLVMArrayType(g->t_i64, KIR_MAX_STAGES));
+    LLVMValueRef reduced = entry_alloca(&c, LLVMArrayType(g->e.t_i64, KIR_MAX_STAGES));
     LLVMValueRef begin = LLVMGetParam(c.fn, 1), end = LLVMGetParam(c.fn, 2);
     clamp_rows(&c, k->n_outer, &begin, &end);
-    LLVMValueRef null = LLVMConstNull(g->t_ptr), stash = null;
+    LLVMValueRef null = LLVMConstNull(g->e.t_ptr), stash = null;
     if (g->n_stash) {
-        LLVMValueRef buf = entry_alloca(&c, LLVMArrayType(g->t_i64, (unsigned)(g->n_stash * STASH_MAX)));
+        LLVMValueRef buf = entry_alloca(&c, LLVMArrayType(g->e.t_i64, (unsigned)(g->n_stash * STASH_MAX)));
         LLVMSetAlignment(buf, 64);
-        LLVMValueRef fits = LLVMBuildICmp(g->b, LLVMIntULE, c.row_len, LLVMConstInt(g->t_i64, STASH_MAX, 0), "");
-        stash = LLVMBuildSelect(g->b, fits, buf, null, "");
+        LLVMValueRef fits = LLVMBuildICmp(g->e.b, LLVMIntULE, c.row_len, LLVMConstInt(g->e.t_i64, STASH_MAX, 0), "");
+        stash = LLVMBuildSelect(g->e.b, fits, buf, null, "");
     }
     loop_ctl rows;
     LLVMValueRef row = loop_open(&c, &rows, begin, end);
@@ -1828,18 +1226,19 @@ static void build_rows_reduce(gen *g)
     LLVMValueRef cargs[4] = {args, row, reduced, stash};
     if (g->has_elem) {
         LLVMBasicBlockRef yes = block(&c, "elems"), no = block(&c, "elems_done");
-        LLVMBuildCondBr(g->b, LLVMBuildICmp(g->b, LLVMIntSGT, c.row_len, LLVMConstInt(g->t_i64, 0, 0), ""), yes, no);
-        LLVMPositionBuilderAtEnd(g->b, yes);
-        LLVMBuildCall2(g->b, g->elem_ty, g->elem_fn, cargs, 4, "");
-        LLVMBuildBr(g->b, no);
-        LLVMPositionBuilderAtEnd(g->b, no);
+        LLVMBuildCondBr(g->e.b, LLVMBuildICmp(g->e.b, LLVMIntSGT, c.row_len, LLVMConstInt(g->e.t_i64, 0, 0), ""), yes,
+                        no);
+        LLVMPositionBuilderAtEnd(g->e.b, yes);
+        LLVMBuildCall2(g->e.b, g->elem_ty, g->elem_fn, cargs, 4, "");
+        LLVMBuildBr(g->e.b, no);
+        LLVMPositionBuilderAtEnd(g->e.b, no);
     }
     if (g->has_row)
-        LLVMBuildCall2(g->b, g->finish_ty, g->finish_fn, cargs, 3, "");
+        LLVMBuildCall2(g->e.b, g->finish_ty, g->finish_fn, cargs, 3, "");
     loop_close(&c, &rows);
     if (g->has_elem)
         stream_fence(&c);
-    LLVMBuildRetVoid(g->b);
+    LLVMBuildRetVoid(g->e.b);
 done:
     fn_end(&c);
 }
@@ -1848,33 +1247,33 @@ done:
  * single-stage kernel, results in kir_scalar form. */
 static void build_leaves(gen *g)
 {
-    const kir_kernel *k = g->k;
+    const kir_kernel *k = g->e.k;
     fnc c;
-    LLVMTypeRef params[6] = {g->t_ptr, g->t_i64, g->t_i64, g->t_i64, g->t_ptr, g->t_ptr};
-    fn_begin(g, &c, CG_SYM_LEAVES, LLVMFunctionType(g->t_void, params, 6, 0), false);
+    LLVMTypeRef params[6] = {g->e.t_ptr, g->e.t_i64, g->e.t_i64, g->e.t_i64, g->e.t_ptr, g->e.t_ptr};
+    fn_begin(g, &c, CG_SYM_LEAVES, LLVMFunctionType(g->e.t_void, params, 6, 0), false);
     if (!fn_ok(&c))
         goto done;
     int comb = k->stages[0].combiner, t = stage_type(k, 0);
-    LLVMTypeRef et = ty_of(g, t);
-    LLVMValueRef tv = entry_alloca(&c, et), tp = entry_alloca(&c, g->t_i64);
+    LLVMTypeRef et = cg_ty_of(&g->e, t);
+    LLVMValueRef tv = entry_alloca(&c, et), tp = entry_alloca(&c, g->e.t_i64);
     LLVMValueRef lb = LLVMGetParam(c.fn, 2), vals = LLVMGetParam(c.fn, 4), pos = LLVMGetParam(c.fn, 5);
     loop_ctl l;
     LLVMValueRef leaf = loop_open(&c, &l, lb, LLVMGetParam(c.fn, 3));
-    LLVMValueRef cargs[7] = {LLVMGetParam(c.fn, 0), LLVMGetParam(c.fn, 1), leaf, LLVMConstNull(g->t_ptr), tv, tp,
-                             LLVMConstNull(g->t_ptr)};
-    LLVMBuildCall2(g->b, g->leaf_ty, g->leaf_fn[0], cargs, 7, "");
-    LLVMValueRef i = LLVMBuildSub(g->b, leaf, lb, "");
-    scalar_out(g, LLVMBuildLoad2(g->b, et, tv, ""), t, gep1(g, g->t_i64, vals, i));
+    LLVMValueRef cargs[7] = {LLVMGetParam(c.fn, 0), LLVMGetParam(c.fn, 1), leaf, LLVMConstNull(g->e.t_ptr), tv, tp,
+                             LLVMConstNull(g->e.t_ptr)};
+    LLVMBuildCall2(g->e.b, g->leaf_ty, g->leaf_fn[0], cargs, 7, "");
+    LLVMValueRef i = LLVMBuildSub(g->e.b, leaf, lb, "");
+    scalar_out(g, LLVMBuildLoad2(g->e.b, et, tv, ""), t, gep1(g, g->e.t_i64, vals, i));
     if (is_arg_comb(comb)) {
         LLVMBasicBlockRef yes = block(&c, "pos"), no = block(&c, "pos_done");
-        LLVMBuildCondBr(g->b, LLVMBuildIsNotNull(g->b, pos, ""), yes, no);
-        LLVMPositionBuilderAtEnd(g->b, yes);
-        LLVMBuildStore(g->b, LLVMBuildLoad2(g->b, g->t_i64, tp, ""), gep1(g, g->t_i64, pos, i));
-        LLVMBuildBr(g->b, no);
-        LLVMPositionBuilderAtEnd(g->b, no);
+        LLVMBuildCondBr(g->e.b, LLVMBuildIsNotNull(g->e.b, pos, ""), yes, no);
+        LLVMPositionBuilderAtEnd(g->e.b, yes);
+        LLVMBuildStore(g->e.b, LLVMBuildLoad2(g->e.b, g->e.t_i64, tp, ""), gep1(g, g->e.t_i64, pos, i));
+        LLVMBuildBr(g->e.b, no);
+        LLVMPositionBuilderAtEnd(g->e.b, no);
     }
     loop_close(&c, &l);
-    LLVMBuildRetVoid(g->b);
+    LLVMBuildRetVoid(g->e.b);
 done:
     fn_end(&c);
 }
@@ -1883,29 +1282,29 @@ done:
 
 static void make_alias_scopes(gen *g)
 {
-    const kir_kernel *k = g->k;
-    g->md_scope = LLVMGetMDKindIDInContext(g->ctx, "alias.scope", 11);
-    g->md_noalias = LLVMGetMDKindIDInContext(g->ctx, "noalias", 7);
-    g->md_loop = LLVMGetMDKindIDInContext(g->ctx, "llvm.loop", 9);
-    g->md_nontemporal = LLVMGetMDKindIDInContext(g->ctx, "nontemporal", 11);
+    const kir_kernel *k = g->e.k;
+    g->md_scope = LLVMGetMDKindIDInContext(g->e.ctx, "alias.scope", 11);
+    g->md_noalias = LLVMGetMDKindIDInContext(g->e.ctx, "noalias", 7);
+    g->md_loop = LLVMGetMDKindIDInContext(g->e.ctx, "llvm.loop", 9);
+    g->md_nontemporal = LLVMGetMDKindIDInContext(g->e.ctx, "nontemporal", 11);
     LLVMMetadataRef dom_ops[1] = {md_str(g, "burnc.buffers")};
-    LLVMMetadataRef dom = LLVMMDNodeInContext2(g->ctx, dom_ops, 1);
+    LLVMMetadataRef dom = LLVMMDNodeInContext2(g->e.ctx, dom_ops, 1);
     LLVMMetadataRef in_ops[2] = {md_str(g, "burnc.inputs"), dom};
-    LLVMMetadataRef in = LLVMMDNodeInContext2(g->ctx, in_ops, 2);
+    LLVMMetadataRef in = LLVMMDNodeInContext2(g->e.ctx, in_ops, 2);
     LLVMMetadataRef outs[KIR_MAX_OUTPUTS];
     for (int o = 0; o < k->n_outputs; o++) {
         char name[32];
         snprintf(name, sizeof name, "burnc.output%d", o);
         LLVMMetadataRef ops[2] = {md_str(g, name), dom};
-        outs[o] = LLVMMDNodeInContext2(g->ctx, ops, 2);
+        outs[o] = LLVMMDNodeInContext2(g->e.ctx, ops, 2);
     }
     bool in_place = false;
     for (int o = 0; o < k->n_outputs; o++)
         in_place |= k->in_place[o] != 0;
     if (k->n_outputs == 0 || in_place)
         return; /* nothing is written: loads need no scopes; or buffers are shared */
-    g->load_scope = LLVMMetadataAsValue(g->ctx, LLVMMDNodeInContext2(g->ctx, &in, 1));
-    g->load_noalias = LLVMMetadataAsValue(g->ctx, LLVMMDNodeInContext2(g->ctx, outs, (size_t)k->n_outputs));
+    g->load_scope = LLVMMetadataAsValue(g->e.ctx, LLVMMDNodeInContext2(g->e.ctx, &in, 1));
+    g->load_noalias = LLVMMetadataAsValue(g->e.ctx, LLVMMDNodeInContext2(g->e.ctx, outs, (size_t)k->n_outputs));
     for (int o = 0; o < k->n_outputs; o++) {
         LLVMMetadataRef others[KIR_MAX_OUTPUTS + 1];
         size_t n = 0;
@@ -1913,8 +1312,8 @@ static void make_alias_scopes(gen *g)
         for (int p = 0; p < k->n_outputs; p++)
             if (p != o)
                 others[n++] = outs[p];
-        g->store_scope[o] = LLVMMetadataAsValue(g->ctx, LLVMMDNodeInContext2(g->ctx, &outs[o], 1));
-        g->store_noalias[o] = LLVMMetadataAsValue(g->ctx, LLVMMDNodeInContext2(g->ctx, others, n));
+        g->store_scope[o] = LLVMMetadataAsValue(g->e.ctx, LLVMMDNodeInContext2(g->e.ctx, &outs[o], 1));
+        g->store_noalias[o] = LLVMMetadataAsValue(g->e.ctx, LLVMMDNodeInContext2(g->e.ctx, others, n));
     }
 }
 
@@ -1955,7 +1354,7 @@ static void inner_dependent(const kir_kernel *k, uint8_t *dep)
 enum { STASH_MIN_WORK = 6 };
 static void choose_stash(gen *g)
 {
-    const kir_kernel *k = g->k;
+    const kir_kernel *k = g->e.k;
     size_t n = (size_t)k->n_insts;
     g->n_stash = 0;
     if (!g->has_elem || !k->n_stages || k->n_outer == k->rank || !n)
@@ -2004,7 +1403,7 @@ done:
 
 static void build_module(gen *g)
 {
-    const kir_kernel *k = g->k;
+    const kir_kernel *k = g->e.k;
     for (int s = 0; s < k->n_stores; s++)
         *(k->stores[s].row ? &g->has_row : &g->has_elem) = true;
     make_alias_scopes(g);
@@ -2013,11 +1412,11 @@ static void build_module(gen *g)
         build_rows_elementwise(g);
         return;
     }
-    LLVMTypeRef leaf_params[7] = {g->t_ptr, g->t_i64, g->t_i64, g->t_ptr, g->t_ptr, g->t_ptr, g->t_ptr};
-    LLVMTypeRef elem_params[4] = {g->t_ptr, g->t_i64, g->t_ptr, g->t_ptr};
-    g->leaf_ty = LLVMFunctionType(g->t_void, leaf_params, 7, 0);
-    g->elem_ty = LLVMFunctionType(g->t_void, elem_params, 4, 0);
-    g->finish_ty = LLVMFunctionType(g->t_void, elem_params, 3, 0);
+    LLVMTypeRef leaf_params[7] = {g->e.t_ptr, g->e.t_i64, g->e.t_i64, g->e.t_ptr, g->e.t_ptr, g->e.t_ptr, g->e.t_ptr};
+    LLVMTypeRef elem_params[4] = {g->e.t_ptr, g->e.t_i64, g->e.t_ptr, g->e.t_ptr};
+    g->leaf_ty = LLVMFunctionType(g->e.t_void, leaf_params, 7, 0);
+    g->elem_ty = LLVMFunctionType(g->e.t_void, elem_params, 4, 0);
+    g->finish_ty = LLVMFunctionType(g->e.t_void, elem_params, 3, 0);
     choose_stash(g);
     for (int s = 0; s < k->n_stages; s++)
         build_leaf_fn(g, s);
@@ -2259,19 +1658,6 @@ static void release_cpu(cg_cpu_kernel *k)
 
 /* ---- compile_cpu ------------------------------------------------------------------------- */
 
-static void gen_types(gen *g)
-{
-    LLVMContextRef c = g->ctx;
-    g->t_void = LLVMVoidTypeInContext(c);
-    g->t_i1 = LLVMInt1TypeInContext(c);
-    g->t_i8 = LLVMInt8TypeInContext(c);
-    g->t_i16 = LLVMInt16TypeInContext(c);
-    g->t_i32 = LLVMInt32TypeInContext(c);
-    g->t_i64 = LLVMInt64TypeInContext(c);
-    g->t_f32 = LLVMFloatTypeInContext(c);
-    g->t_f64 = LLVMDoubleTypeInContext(c);
-    g->t_ptr = LLVMPointerTypeInContext(c, 0);
-}
 
 /* BURNC_DUMP_DIR: the optimized LLVM IR of each kernel, named after it and its IR's hash. */
 static void dump_ir(const kir_kernel *k, LLVMModuleRef m)
@@ -2302,24 +1688,24 @@ static bool optimize_and_emit(gen *g, LLVMTargetMachineRef tm, LLVMMemoryBufferR
                               size_t cap)
 {
     char *msg = NULL;
-    if (LLVMVerifyModule(g->mod, LLVMReturnStatusAction, &msg)) {
-        cg_failf(err, cap, "burnc-llvm %s: invalid IR: %s", g->k->name, msg ? msg : "");
+    if (LLVMVerifyModule(g->e.mod, LLVMReturnStatusAction, &msg)) {
+        cg_failf(err, cap, "burnc-llvm %s: invalid IR: %s", g->e.k->name, msg ? msg : "");
         LLVMDisposeMessage(msg);
         return false;
     }
     LLVMDisposeMessage(msg);
     double t0 = now_ms();
     LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
-    LLVMErrorRef e = LLVMRunPasses(g->mod, "default<O3>", tm, opts);
+    LLVMErrorRef e = LLVMRunPasses(g->e.mod, "default<O3>", tm, opts);
     LLVMDisposePassBuilderOptions(opts);
     if (e)
         return fail_llvm(err, cap, "burnc-llvm: default<O3>", e);
     double t1 = now_ms();
     tt->opt_ms = t1 - t0;
-    dump_ir(g->k, g->mod);
+    dump_ir(g->e.k, g->e.mod);
     msg = NULL;
-    if (LLVMTargetMachineEmitToMemoryBuffer(tm, g->mod, LLVMObjectFile, &msg, out)) {
-        cg_failf(err, cap, "burnc-llvm %s: code generation failed: %s", g->k->name, msg ? msg : "");
+    if (LLVMTargetMachineEmitToMemoryBuffer(tm, g->e.mod, LLVMObjectFile, &msg, out)) {
+        cg_failf(err, cap, "burnc-llvm %s: code generation failed: %s", g->e.k->name, msg ? msg : "");
         LLVMDisposeMessage(msg);
         return false;
     }
@@ -2338,7 +1724,7 @@ static bool compile_cpu_with(const kir_kernel *k, const cg_cpu_options *opt, cg_
         *obj_size = 0;
     if (!out)
         return cg_failf(err, cap, "compile_cpu: no output");
-    if (!check_kernel(k, err, cap))
+    if (!cg_check_kernel(k, "compile_cpu", err, cap))
         return false;
     if (opt && opt->elem_width && opt->elem_width != 8 && opt->elem_width != 16 && opt->elem_width != 32)
         return cg_failf(err, cap, "compile_cpu %s: element width %d is not 8, 16 or 32", k->name, opt->elem_width);
@@ -2347,13 +1733,13 @@ static bool compile_cpu_with(const kir_kernel *k, const cg_cpu_options *opt, cg_
     LLVMTargetMachineRef tm = cg_host_tm(err, cap);
     if (!tm)
         return false;
-    gen g = {.k = k, .ctx = LLVMContextCreate()};
-    g.mod = LLVMModuleCreateWithNameInContext(k->name[0] ? k->name : "burnc_kernel", g.ctx);
-    g.b = LLVMCreateBuilderInContext(g.ctx);
-    gen_types(&g);
-    LLVMSetTarget(g.mod, host_triple);
+    gen g = {.e = {.k = k, .ctx = LLVMContextCreate()}};
+    g.e.mod = LLVMModuleCreateWithNameInContext(k->name[0] ? k->name : "burnc_kernel", g.e.ctx);
+    g.e.b = LLVMCreateBuilderInContext(g.e.ctx);
+    cg_emit_types(&g.e);
+    LLVMSetTarget(g.e.mod, host_triple);
     LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
-    LLVMSetModuleDataLayout(g.mod, layout);
+    LLVMSetModuleDataLayout(g.e.mod, layout);
     LLVMDisposeTargetData(layout);
     g.elem_width = opt && opt->elem_width ? opt->elem_width : strstr(host_features, "+avx512f") ? 16 : 8;
     build_module(&g);
@@ -2361,9 +1747,9 @@ static bool compile_cpu_with(const kir_kernel *k, const cg_cpu_options *opt, cg_
 
     LLVMMemoryBufferRef buf = NULL;
     bool ok = optimize_and_emit(&g, tm, &buf, &tt, err, cap);
-    LLVMDisposeBuilder(g.b);
-    LLVMDisposeModule(g.mod);
-    LLVMContextDispose(g.ctx);
+    LLVMDisposeBuilder(g.e.b);
+    LLVMDisposeModule(g.e.mod);
+    LLVMContextDispose(g.e.ctx);
     LLVMDisposeTargetMachine(tm);
     if (!ok)
         return false;
@@ -2399,7 +1785,10 @@ static bool compile_cpu(const kir_kernel *k, cg_cpu_kernel *out, void **obj, siz
     return compile_cpu_with(k, NULL, out, obj, obj_size, err, cap);
 }
 
-bool cg_llvm_compile_gemm(const cg_gemm_spec *spec, void **obj, size_t *obj_size, char *err, size_t cap); /* llvm_gemm.c */
+bool cg_llvm_compile_gemm(const cg_gemm_spec *spec, void **obj, size_t *obj_size, char *err,
+                          size_t cap); /* llvm_gemm.c */
+bool cg_llvm_compile_ptx(const kir_kernel *k, const cg_ptx_options *opt, char **ptx, size_t *ptx_size, char *err,
+                         size_t cap); /* llvm_ptx.c */
 
 CG_EXPORT const cg_llvm_api burnc_llvm_api = {
     .abi = CG_LLVM_ABI,
@@ -2409,4 +1798,5 @@ CG_EXPORT const cg_llvm_api burnc_llvm_api = {
     .compile_cpu_with = compile_cpu_with,
     .release_cpu = release_cpu,
     .compile_gemm = cg_llvm_compile_gemm,
+    .compile_ptx = cg_llvm_compile_ptx,
 };

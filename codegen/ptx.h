@@ -16,7 +16,13 @@
  *
  * Numerics (DESIGN.md): every op rounds (add.rn/mul.rn/... only; no contraction, fma only for
  * KIR_FMA), no .ftz, reductions in kernel.h's order, so element-wise results equal the cpu
- * device's bitwise and reductions equal kir_eval's. */
+ * device's bitwise and reductions equal kir_eval's.
+ *
+ * Changes since the first version of this contract (names and fields unchanged; additions
+ * only): the entry names (CG_PTX_ENTRY_*), the parameter layout (cg_ptx_layout,
+ * cg_ptx_params_layout, the launch words CG_PTX_L_*, scratch records), which entries a kernel
+ * gets (cg_ptx_is_elementwise, cg_ptx_has_multipass) and the option defaults. A launch whose
+ * grid has a zero dimension never happens: an empty domain plans no launch (plan->n == 0). */
 #ifndef BURNC_PTX_H
 #define BURNC_PTX_H
 
@@ -36,6 +42,91 @@ typedef struct cg_ptx_options {
 
 enum { CG_PTX_MAX_LAUNCHES = 16, CG_PTX_MAX_PARAM_WORDS = 512 };
 
+/* The entries a module may hold (cg_ptx_launch.entry names one of them):
+ *  element-wise kernels (n_outer == rank): CG_PTX_ENTRY_EW only;
+ *  row kernels: CG_PTX_ENTRY_ROWS_WARP (rows of at most KIR_LEAF positions, one warp per row),
+ *  CG_PTX_ENTRY_ROWS_BLOCK (longer rows, one block per row), and, for kernels with one stage
+ *  and no element stores, the multi-pass trio CG_PTX_ENTRY_LEAVES, CG_PTX_ENTRY_TREE and
+ *  CG_PTX_ENTRY_FINISH (few long rows: the whole GPU on each row). */
+#define CG_PTX_ENTRY_EW "burnc_ew"
+#define CG_PTX_ENTRY_ROWS_WARP "burnc_rows_warp"
+#define CG_PTX_ENTRY_ROWS_BLOCK "burnc_rows_block"
+#define CG_PTX_ENTRY_LEAVES "burnc_leaves"
+#define CG_PTX_ENTRY_TREE "burnc_tree"
+#define CG_PTX_ENTRY_FINISH "burnc_finish"
+
+/* The parameter block, in 8-byte words, the same for every entry of a kernel:
+ *   in_addr[n_inputs], out_addr[n_outputs]    device addresses
+ *   extents[rank]
+ *   in_off[n_inputs], in_stride[n_inputs * rank]     elements (every class's stride is there;
+ *   out_off[n_outputs], out_stride[n_outputs * rank]  the code reads only the ANY ones)
+ *   scalars[n_scalars]                          kir_scalar bits
+ *   launch[CG_PTX_LAUNCH_WORDS]                 what this launch does (CG_PTX_L_*)
+ * Scratch (multi-pass reductions) holds 16-byte records: the value in the first 8 bytes (as
+ * its type, little-endian, at offset 0) and the position (i64) in the last 8. */
+typedef struct cg_ptx_layout {
+    int in_addr, out_addr, extents, in_off, in_stride, out_off, out_stride, scalars, launch, n_words;
+} cg_ptx_layout;
+
+enum {
+    CG_PTX_L_COUNT,  /* element-wise: positions of the domain; other entries: rows */
+    CG_PTX_L_FLAGS,  /* bit 0 (element-wise): every slot is contiguous and aligned (fast path) */
+    CG_PTX_L_LEAVES, /* leaves: leaves per row */
+    CG_PTX_L_SRC,    /* tree, finish: scratch address of the records read */
+    CG_PTX_L_SRC_N,  /* tree: records per row in SRC */
+    CG_PTX_L_DST,    /* leaves, tree: scratch address of the records written */
+    CG_PTX_L_DST_N,  /* tree: records per row in DST (ceil(SRC_N / 32)) */
+    CG_PTX_LAUNCH_WORDS = 8
+};
+enum { CG_PTX_FLAG_FAST = 1, CG_PTX_RECORD_BYTES = 16 };
+
+static inline cg_ptx_layout cg_ptx_params_layout(const kir_kernel *k)
+{
+    cg_ptx_layout l;
+    l.in_addr = 0;
+    l.out_addr = l.in_addr + k->n_inputs;
+    l.extents = l.out_addr + k->n_outputs;
+    l.in_off = l.extents + k->rank;
+    l.in_stride = l.in_off + k->n_inputs;
+    l.out_off = l.in_stride + k->n_inputs * k->rank;
+    l.out_stride = l.out_off + k->n_outputs;
+    l.scalars = l.out_stride + k->n_outputs * k->rank;
+    l.launch = l.scalars + k->n_scalars;
+    l.n_words = l.launch + CG_PTX_LAUNCH_WORDS;
+    return l;
+}
+
+/* Whether a slot reads one element for the whole domain (every stride class ZERO): the fast
+ * element-wise path loads it once instead of as a vector. */
+static inline bool cg_ptx_slot_uniform(const kir_kernel *k, const kir_slot *s)
+{
+    for (int d = 0; d < k->rank; d++)
+        if (s->stride[d] != KIR_STRIDE_ZERO)
+            return false;
+    return true;
+}
+
+/* Which entries a kernel gets (the generator and the planner decide alike): element-wise
+ * kernels have no reduced axes and no stages (stages over an empty set of axes go through the
+ * row entries, one position per row); the multi-pass trio needs one stage and no element
+ * stores. */
+static inline bool cg_ptx_is_elementwise(const kir_kernel *k) { return k->n_outer == k->rank && k->n_stages == 0; }
+static inline bool cg_ptx_has_multipass(const kir_kernel *k)
+{
+    if (cg_ptx_is_elementwise(k) || k->n_stages != 1)
+        return false;
+    for (int i = 0; i < k->n_stores; i++)
+        if (!k->stores[i].row)
+            return false;
+    return true;
+}
+
+/* Defaults of cg_ptx_options' zero fields (the planner and the generator agree on them). */
+enum { CG_PTX_DEFAULT_BLOCK = 256, CG_PTX_DEFAULT_ITEMS = 4, CG_PTX_DEFAULT_ROWS_PER_BLOCK = 8 };
+/* Multi-pass reductions pay when rows are fewer than this and have at least
+ * CG_PTX_MULTIPASS_LEAVES leaves (2 x the H200's 132 SMs: fewer rows leave SMs idle). */
+enum { CG_PTX_MULTIPASS_ROWS = 264, CG_PTX_MULTIPASS_LEAVES = 8 };
+
 typedef struct cg_ptx_launch {
     char entry[32];          /* the .entry name in the PTX */
     uint32_t grid[3];
@@ -53,9 +144,10 @@ typedef struct cg_ptx_plan {
 
 /* Plans the launches of kernel k for the values of args, whose inputs/outputs hold device
  * addresses (CUdeviceptr cast to void *). Call once with scratch == 0 to learn
- * plan->scratch_bytes; when it is nonzero, call again with the address of that much device
- * memory (256-byte aligned) to get the final plan. False with a reason (in why) when the
- * launch cannot be planned (a size past the device's grid limits). */
+ * plan->scratch_bytes; when it is nonzero, that call plans no launch (plan->n == 0): call again
+ * with the address of that much device memory (256-byte aligned) to get the final plan. False
+ * with a reason (in why) when the launch cannot be planned (a size past the device's grid
+ * limits, a negative extent, too many parameter words). args->stream is ignored. */
 bool cg_ptx_plan_launches(const kir_kernel *k, const cg_ptx_options *opt, const kir_args *args, uint64_t scratch,
                           cg_ptx_plan *plan, char *why, size_t why_cap);
 

@@ -482,6 +482,95 @@ BURNC_API burnc_tensor_t *burnc_index_add(burnc_tensor_t *x, int axis, burnc_ten
 BURNC_API burnc_tensor_t *burnc_slice_assign(burnc_tensor_t *x, int axis, int64_t start, int64_t stop,
                                              int64_t step, burnc_tensor_t *value);
 
+/* ---- Autodiff ---------------------------------------------------------------------------- */
+/* Reverse-mode gradients, first order only. As in Burn, autodiff is a property of the device
+ * handle a tensor is made on: burnc_device_autodiff(dev) gives a handle on the same compute
+ * resource (same stream, memory and configuration) whose tensors carry an autodiff context.
+ * An op whose inputs include a tensor that tracks gradients (a leaf made by
+ * burnc_tensor_require_grad, or a result computed from one) records a tape node, unless this
+ * thread is inside burnc_no_grad_begin/end; its result tracks gradients too. Float results
+ * only: comparisons, integer results, argmax/argmin and steps (floor ceil round sign) track
+ * nothing. burnc_backward walks the tape in reverse and records the gradient computation with
+ * the ordinary ops into the same lazy stream, so it is fused and compiled like the forward
+ * pass. A gradient broadcast in the forward pass is summed back to its input's shape.
+ * One step of least squares, w of shape [K, N] made on ad = burnc_device_autodiff(dev), a batch
+ * x [B, K] and targets y [B, N]:
+ *
+ *     burnc_tensor_t *wl = burnc_tensor_require_grad(w);       // a leaf
+ *     burnc_scope_begin();                                     // the tape keeps what it needs
+ *     burnc_tensor_t *err = burnc_sub(burnc_matmul(x, wl), y);
+ *     burnc_tensor_t *loss = burnc_tensor_keep(burnc_mean(burnc_mul(err, err), 0, NULL, false));
+ *     burnc_scope_end();
+ *     burnc_grads_t *g = burnc_backward(loss);
+ *     burnc_scope_begin();
+ *     burnc_no_grad_begin();                                   // the update tracks nothing
+ *     burnc_tensor_t *next = burnc_tensor_keep(burnc_sub(wl, burnc_mul_scalar(burnc_grad(g, wl), 0.1)));
+ *     burnc_no_grad_end();
+ *     burnc_scope_end();
+ *     burnc_grads_release(g);                                  // then release loss and wl
+ *
+ * Contexts: burnc_device_equal ignores them; a result carries its inputs' context; and
+ * burnc_tensor_to_device keeps the tensor's own: a tracked tensor moved to another device keeps
+ * tracking there (on that device's autodiff handle, with the same checkpointing) and its
+ * gradient flows back through the copy, while a plain tensor stays plain.
+ * Threads: recording is thread safe as for any op; a backward pass must not run on a graph
+ * that another thread is extending or differentiating at the same time. */
+typedef struct burnc_grads burnc_grads_t;
+
+typedef enum burnc_checkpointing {
+    BURNC_CHECKPOINT_NONE = 0,     /* keep every output the backward pass needs */
+    BURNC_CHECKPOINT_BALANCED = 1, /* recompute memory-bound ops' outputs during backward */
+} burnc_checkpointing_t;
+
+/* A new handle on the same compute resource whose new tensors track gradients once they (or
+ * their inputs) require grad. Idempotent: on an autodiff handle it returns a new reference to
+ * it, keeping its strategy. NULL with BURNC_ERR_INVALID_ARGUMENT for a NULL device. The handle
+ * is released with burnc_device_release; every device function accepts it, and
+ * burnc_device_equal ignores the autodiff context. */
+BURNC_API burnc_device_t *burnc_device_autodiff(burnc_device_t *dev);
+/* A new reference to the plain handle of dev's compute resource (dev itself if plain). */
+BURNC_API burnc_device_t *burnc_device_without_autodiff(burnc_device_t *dev);
+BURNC_API bool burnc_device_is_autodiff(const burnc_device_t *dev);
+/* Turns on BURNC_CHECKPOINT_BALANCED for the nodes recorded from now on by tensors of this
+ * handle: element-wise and movement ops keep no values and are recomputed from their inputs
+ * during backward; matmul and reductions keep their outputs. Gradients are bitwise the same as
+ * without it (recomputing gives the same bits); peak memory is lower. BURNC_ERR_INVALID_ARGUMENT
+ * on a NULL device or one without autodiff. */
+BURNC_API burnc_status_t burnc_device_gradient_checkpointing(burnc_device_t *dev);
+/* The handle's strategy (BURNC_CHECKPOINT_NONE for a plain or NULL device). */
+BURNC_API burnc_checkpointing_t burnc_device_gradient_checkpointing_strategy(const burnc_device_t *dev);
+
+/* A new handle of the same values (no copy) that is a leaf tracking its gradient. The tensor
+ * must have a float dtype (else BURNC_ERR_UNSUPPORTED_DTYPE) and be made on an autodiff handle
+ * (else BURNC_ERR_INVALID_ARGUMENT). A tracked tensor gives a new leaf (its history is cut). */
+BURNC_API burnc_tensor_t *burnc_tensor_require_grad(burnc_tensor_t *t);
+/* True for leaves and for every result that tracks gradients; false for NULL. */
+BURNC_API bool burnc_tensor_requires_grad(const burnc_tensor_t *t);
+/* A new handle of the same values that tracks nothing (no copy), in the same context. */
+BURNC_API burnc_tensor_t *burnc_tensor_detach(burnc_tensor_t *t);
+/* Runs the backward pass from loss (any shape: seeded with ones) and returns the gradients of
+ * every leaf that requires grad and that loss depends on; release them with
+ * burnc_grads_release. The graph is released afterwards (first order only, one backward per
+ * graph): a second backward over any part of the same graph fails with
+ * BURNC_ERR_INVALID_ARGUMENT, and so does a loss that tracks nothing. An op without a backward
+ * rule on the path fails the same way, naming the op (the graph is then kept). The pass runs
+ * the recorded work after each matmul's gradient, so that the values it no longer needs are
+ * freed as it goes; the gradients themselves are lazy tensors. */
+BURNC_API burnc_grads_t *burnc_backward(burnc_tensor_t *loss);
+/* The same, adding into existing gradients (accumulation over several losses or micro-batches).
+ * On failure the gradients are unchanged. */
+BURNC_API burnc_status_t burnc_backward_accumulate(burnc_grads_t *grads, burnc_tensor_t *loss);
+/* A new reference to t's gradient (same shape and dtype as t; it tracks nothing). A leaf that
+ * requires grad but that the loss did not depend on gives zeros; a tensor that does not
+ * require grad, or that is not a leaf, gives NULL with BURNC_ERR_INVALID_ARGUMENT. */
+BURNC_API burnc_tensor_t *burnc_grad(const burnc_grads_t *grads, burnc_tensor_t *t);
+/* NULL is ignored. */
+BURNC_API void burnc_grads_release(burnc_grads_t *grads);
+/* Ops recorded by this thread between begin and end track nothing (nestable; an end without a
+ * begin is ignored). */
+BURNC_API void burnc_no_grad_begin(void);
+BURNC_API void burnc_no_grad_end(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 /* Movement ops that copy: contiguous, cat, stack, pad, and the index ops. */
 #include <string.h>
 
+#include "autodiff/ad.h"
 #include "rt.h"
 
 static rt_device *device_of(const char *op, burnc_tensor_t *const *ts, int n)
@@ -12,6 +13,12 @@ static rt_device *device_of(const char *op, burnc_tensor_t *const *ts, int n)
             return NULL;
         }
     return dev;
+}
+
+/* out, with its tape node when an input tracks gradients (autodiff/tape.c). */
+static burnc_tensor_t *track(ir_op op, int n, burnc_tensor_t *const *ins, burnc_tensor_t *out, const ad_params *p)
+{
+    return out && rt_ad_wanted(n, ins) ? ad_track(op, n, ins, out, p) : out;
 }
 
 static void set_out_shape(ir_record *r, int rank, const int64_t *shape)
@@ -26,7 +33,7 @@ burnc_tensor_t *burnc_contiguous(burnc_tensor_t *x)
     if (!x)
         return NULL;
     if (ir_view_is_dense(&x->view))
-        RT_PUBLIC(rt_view(x, &x->view));
+        RT_PUBLIC(rt_ad_reshape(x, rt_view(x, &x->view)));
     rt_device *dev = x->st->dev;
     ir_record *r = rt_record_begin(dev, IR_OP_COPY, 1);
     if (!r)
@@ -34,7 +41,7 @@ burnc_tensor_t *burnc_contiguous(burnc_tensor_t *x)
     r->dtype = r->compute = x->dtype;
     set_out_shape(r, x->view.rank, x->view.shape);
     rt_record_input(r, 0, x, NULL);
-    RT_PUBLIC(rt_record_commit(dev, r));
+    RT_PUBLIC(track(IR_OP_COPY, 1, &x, rt_record_commit(dev, r), NULL));
 }
 
 static burnc_tensor_t *cat(int n, burnc_tensor_t *const *xs, int axis)
@@ -83,7 +90,7 @@ static burnc_tensor_t *cat(int n, burnc_tensor_t *const *xs, int axis)
         set_out_shape(r, rank, shape);
         for (int i = 0; i < n; i++)
             rt_record_input(r, i, cs[i], NULL);
-        out = rt_record_commit(dev, r);
+        out = track(IR_OP_CAT, n, cs, rt_record_commit(dev, r), &(ad_params){.axis = a});
     }
     for (int i = 0; i < made; i++)
         rt_tensor_unref(cs[i]);
@@ -178,7 +185,12 @@ static burnc_tensor_t *pad(burnc_tensor_t *x, const int64_t *pads, double value)
     r->scalar[0] = ir_scalar_to_dtype(value, x->dtype);
     set_out_shape(r, rank, shape);
     rt_record_input(r, 0, x, NULL);
-    return rt_record_commit(dev, r);
+    burnc_tensor_t *out = rt_record_commit(dev, r);
+    if (!out || !rt_ad_wanted(1, &x))
+        return out;
+    ad_params p = {.scalar = {ir_scalar_to_dtype(value, x->dtype)}};
+    memcpy(p.pads, pads, (size_t)(2 * rank) * sizeof *pads);
+    return ad_track(IR_OP_PAD, 1, &x, out, &p);
 }
 
 burnc_tensor_t *burnc_pad(burnc_tensor_t *x, const int64_t *pads, double value)
@@ -226,6 +238,12 @@ static burnc_tensor_t *record_index(ir_op op, burnc_dtype_t dt, int axis, int n,
         for (int k = 0; k < n; k++)
             rt_record_input(r, k, cs[k], NULL);
         out = rt_record_commit(dev, r);
+        if (out && rt_ad_wanted(n, cs)) {
+            ad_params p = {.axis = axis};
+            if (params)
+                p.first = params[0], p.step = params[1], p.count = params[2];
+            out = ad_track(op, n, cs, out, &p);
+        }
     }
     for (int k = 0; k < made; k++)
         rt_tensor_unref(cs[k]);

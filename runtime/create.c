@@ -23,14 +23,23 @@ static ir_record *begin_source(const char *op, rt_device *dev, ir_op kind, burnc
     return r;
 }
 
-static burnc_tensor_t *full(const char *op, burnc_device_t *dev, burnc_dtype_t dt, int rank, const int64_t *shape,
+/* A new tensor made on an autodiff handle carries it (autodiff/tape.c). */
+static burnc_tensor_t *in_context(burnc_device_t *handle, burnc_tensor_t *t)
+{
+    if (t && handle->base)
+        rt_tensor_set_ctx(t, handle);
+    return t;
+}
+
+static burnc_tensor_t *full(const char *op, burnc_device_t *handle, burnc_dtype_t dt, int rank, const int64_t *shape,
                             double value)
 {
+    rt_device *dev = rt_dev(handle);
     ir_record *r = begin_source(op, dev, IR_OP_FULL, &dt, rank, shape);
     if (!r)
         return NULL;
     r->scalar[0] = ir_scalar_to_dtype(value, dt);
-    return rt_record_commit(dev, r);
+    return in_context(handle, rt_record_commit(dev, r));
 }
 
 burnc_tensor_t *burnc_full(burnc_device_t *dev, burnc_dtype_t dtype, int rank, const int64_t *shape, double value)
@@ -48,8 +57,9 @@ burnc_tensor_t *burnc_ones(burnc_device_t *dev, burnc_dtype_t dtype, int rank, c
     RT_PUBLIC(full("burnc_ones", dev, dtype, rank, shape, 1));
 }
 
-static burnc_tensor_t *arange(burnc_device_t *dev, burnc_dtype_t dt, double start, double stop, double step)
+static burnc_tensor_t *arange(burnc_device_t *handle, burnc_dtype_t dt, double start, double stop, double step)
 {
+    rt_device *dev = rt_dev(handle);
     const char *op = "burnc_arange";
     if (!isfinite(start) || !isfinite(stop) || !isfinite(step) || step == 0) {
         rt_fail(BURNC_ERR_INVALID_ARGUMENT, "%s: start %g, stop %g, step %g (finite, step not 0)", op, start, stop,
@@ -69,7 +79,7 @@ static burnc_tensor_t *arange(burnc_device_t *dev, burnc_dtype_t dt, double star
         return NULL;
     r->scalar[0] = start;
     r->scalar[1] = step;
-    return rt_record_commit(dev, r);
+    return in_context(handle, rt_record_commit(dev, r));
 }
 
 burnc_tensor_t *burnc_arange(burnc_device_t *dev, burnc_dtype_t dtype, double start, double stop, double step)
@@ -77,18 +87,20 @@ burnc_tensor_t *burnc_arange(burnc_device_t *dev, burnc_dtype_t dtype, double st
     RT_PUBLIC(arange(dev, dtype, start, stop, step));
 }
 
-burnc_tensor_t *burnc_eye(burnc_device_t *dev, burnc_dtype_t dtype, int64_t n, int64_t m)
+burnc_tensor_t *burnc_eye(burnc_device_t *handle, burnc_dtype_t dtype, int64_t n, int64_t m)
 {
     int64_t shape[2] = {n, m};
+    rt_device *dev = rt_dev(handle);
     ir_record *r = begin_source("burnc_eye", dev, IR_OP_EYE, &dtype, 2, shape);
     if (!r)
         return NULL;
-    RT_PUBLIC(rt_record_commit(dev, r));
+    RT_PUBLIC(in_context(handle, rt_record_commit(dev, r)));
 }
 
-static burnc_tensor_t *draw(const char *op, ir_op kind, burnc_device_t *dev, burnc_dtype_t dt, int rank,
+static burnc_tensor_t *draw(const char *op, ir_op kind, burnc_device_t *handle, burnc_dtype_t dt, int rank,
                               const int64_t *shape)
 {
+    rt_device *dev = rt_dev(handle);
     if (dev && rt_check_dtype(op, dev, &dt) == BURNC_OK && !ir_dtype_is_float(dt)) {
         rt_fail(BURNC_ERR_UNSUPPORTED_DTYPE, "%s: needs a float dtype, got %s", op, ir_dtype_name(dt));
         return NULL;
@@ -101,7 +113,7 @@ static burnc_tensor_t *draw(const char *op, ir_op kind, burnc_device_t *dev, bur
     r->rng_key = dev->seed;
     r->rng_offset = dev->rng_counter;
     dev->rng_counter += (uint64_t)ir_numel(rank, shape);
-    return rt_record_commit(dev, r);
+    return in_context(handle, rt_record_commit(dev, r));
 }
 
 burnc_tensor_t *burnc_rand(burnc_device_t *dev, burnc_dtype_t dtype, int rank, const int64_t *shape)

@@ -10,6 +10,7 @@
 
 /* Backends that are not written yet (cuda, vulkan): they enumerate nothing and refuse to open
  * with a reason. Their issues replace these with real tables in runtime/<kind>/. */
+#if !BURNC_WANT_CUDA || !BURNC_HAVE_VULKAN
 static int none_enumerate(burnc_device_info_t *out, int cap)
 {
     (void)out;
@@ -30,23 +31,36 @@ static burnc_status_t missing_open(rt_device *dev, const char *lib, const char *
     return rt_fail(BURNC_ERR_UNAVAILABLE, "burnc_device_open: %s: %s is present but the %s backend is not part "
                    "of burnc %s yet", dev->spec, lib, dev->be->kind, BURNC_VERSION);
 }
+#endif
 
+#if !BURNC_WANT_CUDA
 static burnc_status_t cuda_open(rt_device *dev, int index)
 {
     (void)index;
     return missing_open(dev, "libcuda.so.1", "no NVIDIA driver");
 }
+#endif
 
+#if !BURNC_HAVE_VULKAN
 static burnc_status_t vulkan_open(rt_device *dev, int index)
 {
     (void)index;
     return missing_open(dev, "libvulkan.so.1", "no Vulkan loader");
 }
+#endif
 
+#if BURNC_WANT_CUDA
+#define cuda_backend rt_cuda_backend
+#else
 static const rt_backend cuda_backend = {.kind = "cuda", .type = BURNC_DEVICE_CUDA, .enumerate = none_enumerate,
                                         .open = cuda_open};
+#endif
+#if BURNC_HAVE_VULKAN
+#define vulkan_backend rt_vulkan_backend
+#else
 static const rt_backend vulkan_backend = {.kind = "vulkan", .type = BURNC_DEVICE_VULKAN,
                                           .enumerate = none_enumerate, .open = vulkan_open};
+#endif
 
 /* In the order of preference for the default device (DESIGN.md). */
 static const rt_backend *const backends[] = {&cuda_backend, &vulkan_backend, &rt_cpu_backend, &rt_ref_backend};
@@ -72,10 +86,14 @@ static burnc_status_t parse_spec(const char *spec, const rt_backend **out_be, in
                        "burnc_device_open: unknown device \"%s\" (expected ref, cpu, cuda[:N] or vulkan[:N])", spec);
     const char *rest = spec[klen] == ':' ? spec + klen + 1 : NULL;
     long index = 0;
-    if (rest && be == &vulkan_backend && strncmp(rest, "discrete", 8) == 0 && (rest[8] == ':' || !rest[8]))
+    bool selector = false; /* vulkan:discrete[:N], vulkan:cpu[:N]: the backend resolves them */
+    if (rest && be == &vulkan_backend && strncmp(rest, "discrete", 8) == 0 && (rest[8] == ':' || !rest[8])) {
         rest = rest[8] ? rest + 9 : NULL;
-    else if (rest && be == &vulkan_backend && strcmp(rest, "cpu") == 0)
-        rest = NULL;
+        selector = true;
+    } else if (rest && be == &vulkan_backend && strncmp(rest, "cpu", 3) == 0 && (rest[3] == ':' || !rest[3])) {
+        rest = rest[3] ? rest + 4 : NULL;
+        selector = true;
+    }
     if (rest) {
         char *end;
         errno = 0;
@@ -87,8 +105,8 @@ static burnc_status_t parse_spec(const char *spec, const rt_backend **out_be, in
     }
     *out_be = be;
     *out_index = (int)index;
-    if (be == &vulkan_backend && rest == NULL && spec[klen] == ':')
-        snprintf(norm, cap, "%s", spec); /* a selector the Vulkan backend resolves */
+    if (be == &vulkan_backend && (selector || !spec[klen]))
+        snprintf(norm, cap, "%s", spec); /* a selector, or plain "vulkan" (BURNC_VULKAN_DEVICE's choice) */
     else
         snprintf(norm, cap, "%s:%d", be->kind, (int)index);
     if ((be == &rt_ref_backend || be == &rt_cpu_backend) && index == 0)
@@ -215,6 +233,13 @@ void burnc_device_release(burnc_device_t *dev)
 {
     if (!dev)
         return;
+    if (dev->base) { /* an autodiff handle (autodiff/tape.c) */
+        if (atomic_fetch_sub(&dev->refs, 1) == 1) {
+            burnc_device_release(dev->base);
+            free(dev);
+        }
+        return;
+    }
     /* Records nobody will read would otherwise keep their storages, and so the device, alive. */
     if (atomic_fetch_sub(&dev->handles, 1) == 1) {
         rt_error_state saved;
@@ -237,22 +262,25 @@ int burnc_device_enumerate(unsigned types, burnc_device_info_t *out, int capacit
     return n;
 }
 
-const char *burnc_device_name(const burnc_device_t *dev) { return dev ? dev->name : ""; }
-const char *burnc_device_spec(const burnc_device_t *dev) { return dev ? dev->spec : ""; }
-burnc_device_type_t burnc_device_type(const burnc_device_t *dev) { return dev ? dev->type : 0; }
-bool burnc_device_equal(const burnc_device_t *a, const burnc_device_t *b) { return a && a == b; }
-burnc_dtype_t burnc_device_float_dtype(const burnc_device_t *dev) { return dev ? dev->float_dtype : 0; }
-burnc_dtype_t burnc_device_int_dtype(const burnc_device_t *dev) { return dev ? dev->int_dtype : 0; }
+/* Every public function resolves an autodiff handle to its device (rt_dev) first. */
+const char *burnc_device_name(const burnc_device_t *dev) { return dev ? rt_dev(dev)->name : ""; }
+const char *burnc_device_spec(const burnc_device_t *dev) { return dev ? rt_dev(dev)->spec : ""; }
+burnc_device_type_t burnc_device_type(const burnc_device_t *dev) { return dev ? rt_dev(dev)->type : 0; }
+/* Ignores the autodiff context: handles are equal when they share the compute resource. */
+bool burnc_device_equal(const burnc_device_t *a, const burnc_device_t *b) { return a && rt_dev(a) == rt_dev(b); }
+burnc_dtype_t burnc_device_float_dtype(const burnc_device_t *dev) { return dev ? rt_dev(dev)->float_dtype : 0; }
+burnc_dtype_t burnc_device_int_dtype(const burnc_device_t *dev) { return dev ? rt_dev(dev)->int_dtype : 0; }
 
 bool burnc_device_supports_dtype(const burnc_device_t *dev, burnc_dtype_t dtype)
 {
-    return dev && ir_dtype_valid(dtype) && dev->be->supports_dtype((rt_device *)dev, dtype);
+    return dev && ir_dtype_valid(dtype) && rt_dev(dev)->be->supports_dtype(rt_dev(dev), dtype);
 }
 
 #define CHECK_DEV(dev, fn)                                                         \
     do {                                                                           \
         if (!(dev))                                                                \
             return rt_fail(BURNC_ERR_INVALID_ARGUMENT, fn ": device is NULL");     \
+        (dev) = rt_dev(dev);                                                       \
     } while (0)
 
 burnc_status_t burnc_device_configure(burnc_device_t *dev, const burnc_device_config_t *cfg)

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autodiff/ad.h"
 #include "rt.h"
 
 /* ---- Checks ---- */
@@ -95,7 +96,11 @@ burnc_tensor_t *rt_cast(burnc_tensor_t *x, burnc_dtype_t dt)
     r->out_rank = x->view.rank;
     memcpy(r->out_shape, x->view.shape, sizeof r->out_shape);
     rt_record_input(r, 0, x, NULL);
-    return rt_record_commit(dev, r);
+    burnc_tensor_t *out = rt_record_commit(dev, r);
+    if (!out || !rt_ad_wanted(1, &x))
+        return out;
+    ad_params p = {.dtype = dt};
+    return ad_track(IR_OP_CAST, 1, &x, out, &p);
 }
 
 /* ---- Element-wise ---- */
@@ -150,7 +155,13 @@ static burnc_tensor_t *record_elementwise(ir_op op, burnc_dtype_t compute, burnc
         ir_view v = broadcast_view(&xs[k]->view, rank, shape);
         rt_record_input(r, k, xs[k], &v);
     }
-    return rt_record_commit(dev, r);
+    burnc_tensor_t *out = rt_record_commit(dev, r);
+    if (!out || !rt_ad_wanted(n, xs))
+        return out;
+    ad_params p = {.flags = flags};
+    for (int i = 0; i < nscalars; i++)
+        p.scalar[i] = scalars[i];
+    return ad_track(op, n, xs, out, &p);
 }
 
 static burnc_tensor_t *unary(ir_op op, burnc_tensor_t *x, const double *scalars, int nscalars)
@@ -296,7 +307,7 @@ burnc_tensor_t *burnc_cast(burnc_tensor_t *x, burnc_dtype_t dtype)
     if (rt_check_dtype("burnc_cast", x->st->dev, &dtype) != BURNC_OK)
         return NULL;
     if (dtype == x->dtype)
-        RT_PUBLIC(rt_view(x, &x->view));
+        RT_PUBLIC(rt_ad_reshape(x, rt_view(x, &x->view)));
     RT_PUBLIC(rt_cast(x, dtype));
 }
 
@@ -348,19 +359,27 @@ static burnc_tensor_t *reduce(ir_op op, burnc_tensor_t *x, uint32_t mask, bool k
     for (int d = 0; d < c->view.rank; d++)
         r->out_shape[d] = (mask >> d & 1) ? 1 : c->view.shape[d];
     rt_record_input(r, 0, c, NULL);
-    rt_tensor_unref(c);
     burnc_tensor_t *out = rt_record_commit(dev, r);
-    if (!out || keepdim)
+    if (out && !keepdim) {
+        ir_view v = {.offset = 0};
+        for (int d = 0; d < out->view.rank; d++)
+            if (!(mask >> d & 1)) {
+                v.shape[v.rank] = out->view.shape[d];
+                v.strides[v.rank++] = out->view.strides[d];
+            }
+        burnc_tensor_t *squeezed = rt_view(out, &v);
+        rt_tensor_unref(out);
+        out = squeezed;
+    }
+    /* one node from the input to the (squeezed) result */
+    if (!out || !rt_ad_wanted(1, &c)) {
+        rt_tensor_unref(c);
         return out;
-    ir_view v = {.offset = 0};
-    for (int d = 0; d < out->view.rank; d++)
-        if (!(mask >> d & 1)) {
-            v.shape[v.rank] = out->view.shape[d];
-            v.strides[v.rank++] = out->view.strides[d];
-        }
-    burnc_tensor_t *squeezed = rt_view(out, &v);
-    rt_tensor_unref(out);
-    return squeezed;
+    }
+    ad_params p = {.axes = mask, .keepdim = keepdim, .scalar = {correction}};
+    out = ad_track(op, 1, &c, out, &p);
+    rt_tensor_unref(c);
+    return out;
 }
 
 /* The internal form composites use: axes already checked. */
@@ -507,22 +526,26 @@ static burnc_tensor_t *matmul(burnc_tensor_t *a, burnc_tensor_t *b)
         }
         out = rt_record_commit(dev, r);
     }
+    if (out && (a->view.rank == 1 || b->view.rank == 1)) {
+        /* drop the axes that 1-D operands added */
+        ir_view v = {.offset = 0};
+        for (int d = 0; d < out->view.rank; d++) {
+            if ((d == rb && a->view.rank == 1) || (d == rb + 1 && b->view.rank == 1))
+                continue;
+            v.shape[v.rank] = out->view.shape[d];
+            v.strides[v.rank++] = out->view.strides[d];
+        }
+        burnc_tensor_t *o = rt_view(out, &v);
+        rt_tensor_unref(out);
+        out = o;
+    }
+    /* one node from the (cast) operands to the result */
+    if (out && rt_ad_wanted(2, c))
+        out = ad_track(IR_OP_MATMUL, 2, c, out, NULL);
     for (int k = 0; k < 2; k++)
         if (c[k])
             rt_tensor_unref(c[k]);
-    if (!out || (a->view.rank > 1 && b->view.rank > 1))
-        return out;
-    /* drop the axes that 1-D operands added */
-    ir_view v = {.offset = 0};
-    for (int d = 0; d < out->view.rank; d++) {
-        if ((d == rb && a->view.rank == 1) || (d == rb + 1 && b->view.rank == 1))
-            continue;
-        v.shape[v.rank] = out->view.shape[d];
-        v.strides[v.rank++] = out->view.strides[d];
-    }
-    burnc_tensor_t *o = rt_view(out, &v);
-    rt_tensor_unref(out);
-    return o;
+    return out;
 }
 
 burnc_tensor_t *burnc_matmul(burnc_tensor_t *a, burnc_tensor_t *b)

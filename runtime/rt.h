@@ -92,6 +92,8 @@ typedef struct rt_backend {
 
 extern const rt_backend rt_ref_backend;
 extern const rt_backend rt_cpu_backend;
+extern const rt_backend rt_vulkan_backend;
+extern const rt_backend rt_cuda_backend;
 
 /* Runs one record synchronously with the reference kernels (runtime/ref/run.c), for backends
  * that execute opaque records (matmul, cat, pad, index ops) on the host: bufs[k] is input k's
@@ -136,7 +138,15 @@ struct burnc_device {
     burnc_status_t pending_error; /* first execution error since the last sync */
     char pending_msg[512];
     struct burnc_device *next; /* registry list */
+    /* Autodiff handles (burnc_device_autodiff) are separate structs with only refs and these
+     * set: they share `base`'s stream and memory. Public device functions resolve a handle
+     * with rt_dev; the runtime below them only ever sees base devices. */
+    struct burnc_device *base; /* the device an autodiff handle stands for; NULL on a device */
+    int checkpointing;         /* autodiff handles: burnc_checkpointing_t */
 };
+
+/* The device a handle stands for (NULL stays NULL). */
+static inline rt_device *rt_dev(const burnc_device_t *d) { return (rt_device *)(d && d->base ? d->base : d); }
 
 /* Storage: a buffer, or the promise of one from a pending record. */
 typedef struct rt_storage {
@@ -159,7 +169,25 @@ struct burnc_tensor {
     ir_view view;
     rt_storage *st;
     bool scoped; /* owned by the scope it was created in */
+    struct ad_node *ad;   /* the tape node that made it when it tracks gradients, else NULL */
+    rt_device *ctx;       /* the autodiff handle it was made on (a reference), else NULL */
 };
+
+/* ---- Autodiff hooks (autodiff/tape.c) ----------------------------------------------------
+ * Op recorders call rt_ad_wanted on the tensors an op read and, when it says so, ad_track on
+ * the result (autodiff/ad.h): the result then tracks gradients. Cheap when nothing tracks. */
+extern _Thread_local int ad_no_grad_depth;
+static inline bool rt_ad_wanted(int n, burnc_tensor_t *const *ins)
+{
+    if (ad_no_grad_depth)
+        return false;
+    for (int k = 0; k < n; k++)
+        if (ins[k] && ins[k]->ad)
+            return true;
+    return false;
+}
+/* Gives t the autodiff context ctx (NULL: none), retaining it. */
+void rt_tensor_set_ctx(burnc_tensor_t *t, rt_device *ctx);
 
 /* ---- Errors (runtime/error.c) ------------------------------------------------------------ */
 /* Sets the thread's last error and returns code. */
@@ -260,6 +288,9 @@ void rt_scope_resume(void);
 burnc_status_t rt_axis(const char *op, int axis, int rank, int *out);
 /* A new handle over x's storage with another view. */
 burnc_tensor_t *rt_view(burnc_tensor_t *x, const ir_view *v);
+/* out (a view of x's values with out's shape, or NULL), tracked as a reshape of x when x
+ * tracks gradients. */
+burnc_tensor_t *rt_ad_reshape(burnc_tensor_t *x, burnc_tensor_t *out);
 /* x converted to dt (a new reference; x itself retained when it already has dt). */
 burnc_tensor_t *rt_cast(burnc_tensor_t *x, burnc_dtype_t dt);
 /* The internal (unregistered) forms the composites and other ops build on. */

@@ -51,8 +51,13 @@ void rt_stream_free(rt_stream *s)
     memset(s, 0, sizeof *s);
 }
 
+/* The autodiff context of the record being built on this thread (its first input's, if any):
+ * the output carries it (autodiff/tape.c). One record at a time per thread, under the lock. */
+static _Thread_local rt_device *record_ctx;
+
 ir_record *rt_record_begin(rt_device *dev, ir_op op, int n_in)
 {
+    record_ctx = NULL;
     mtx_lock(&dev->lock);
     ir_record *r = arena_alloc(&dev->stream, sizeof *r);
     ir_operand *in = n_in ? arena_alloc(&dev->stream, (size_t)n_in * sizeof *in) : NULL;
@@ -75,6 +80,8 @@ void rt_record_input(ir_record *r, int k, const burnc_tensor_t *t, const ir_view
     r->in[k].dtype = t->dtype;
     r->in[k].view = view ? *view : t->view;
     rt_storage_retain(t->st);
+    if (!record_ctx)
+        record_ctx = t->ctx;
 }
 
 /* Undoes rt_record_begin after a failure: the record stays in the arena, unused. */
@@ -139,6 +146,9 @@ burnc_tensor_t *rt_record_commit(rt_device *dev, ir_record *r)
 
     burnc_tensor_t *t = rt_tensor_new(st, dtype, &v);
     rt_storage_release(st);
+    if (t && record_ctx)
+        rt_tensor_set_ctx(t, record_ctx);
+    record_ctx = NULL;
     if (t && pending >= AUTO_FLUSH_RECORDS) {
         rt_error_state saved;
         rt_error_save(&saved);
@@ -330,6 +340,7 @@ burnc_status_t burnc_device_set_fusion(burnc_device_t *dev, bool enabled)
 {
     if (!dev)
         return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "burnc_device_set_fusion: device is NULL");
+    dev = rt_dev(dev);
     /* what was recorded before the switch runs the way it was recorded */
     RT_TRY(rt_flush(dev));
     if (dev->be->set_fusion)
@@ -596,6 +607,7 @@ burnc_status_t burnc_device_write_graph(burnc_device_t *dev, const char *path)
 {
     if (!dev || !path)
         return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "burnc_device_write_graph: %s is NULL", dev ? "path" : "device");
+    dev = rt_dev(dev);
     /* both locks: no flush takes the records and no op is appended while they are planned */
     mtx_lock(&dev->exec_lock);
     mtx_lock(&dev->lock);

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autodiff/ad.h"
 #include "rt.h"
 
 rt_storage *rt_storage_new(rt_device *dev, size_t nbytes)
@@ -47,6 +48,8 @@ burnc_tensor_t *rt_tensor_new(rt_storage *st, burnc_dtype_t dtype, const ir_view
     t->view = *view;
     t->st = st;
     t->scoped = false;
+    t->ad = NULL;
+    t->ctx = NULL;
     rt_storage_retain(st);
     atomic_fetch_add(&st->holders, 1);
     rt_device_mark_used(st->dev);
@@ -56,13 +59,28 @@ burnc_tensor_t *rt_tensor_new(rt_storage *st, burnc_dtype_t dtype, const ir_view
 
 rt_device *rt_tensor_dev(const burnc_tensor_t *t) { return t->st->dev; }
 
+void rt_tensor_set_ctx(burnc_tensor_t *t, rt_device *ctx)
+{
+    if (t->ctx == ctx)
+        return;
+    if (ctx)
+        burnc_device_retain(ctx);
+    if (t->ctx)
+        burnc_device_release(t->ctx);
+    t->ctx = ctx;
+}
+
 /* Drops one reference; scopes call it directly (their reference is not the user's). */
 void rt_tensor_unref(burnc_tensor_t *t)
 {
     if (atomic_fetch_sub(&t->refs, 1) != 1)
         return;
+    if (t->ad)
+        ad_node_release(t->ad);
     atomic_fetch_sub(&t->st->holders, 1);
     rt_storage_release(t->st);
+    if (t->ctx)
+        burnc_device_release(t->ctx);
     free(t);
 }
 
@@ -143,9 +161,10 @@ static burnc_status_t check_new(const char *op, rt_device *dev, burnc_dtype_t *d
     return rt_check_shape(op, rank, shape, *dt);
 }
 
-burnc_tensor_t *burnc_tensor_from_data(burnc_device_t *dev, burnc_dtype_t dtype, int rank, const int64_t *shape,
+burnc_tensor_t *burnc_tensor_from_data(burnc_device_t *handle, burnc_dtype_t dtype, int rank, const int64_t *shape,
                                        const void *data)
 {
+    rt_device *dev = rt_dev(handle);
     if (check_new("burnc_tensor_from_data", dev, &dtype, rank, shape) != BURNC_OK)
         return NULL;
     size_t bytes = (size_t)ir_numel(rank, shape) * ir_dtype_size(dtype);
@@ -163,12 +182,15 @@ burnc_tensor_t *burnc_tensor_from_data(burnc_device_t *dev, burnc_dtype_t dtype,
     burnc_tensor_t *t = tensor_with_buffer(dev, dtype, rank, shape, buf);
     if (!t)
         rt_pool_free(dev, buf);
+    else if (handle->base)
+        rt_tensor_set_ctx(t, handle);
     return t;
 }
 
-burnc_tensor_t *burnc_tensor_wrap(burnc_device_t *dev, burnc_dtype_t dtype, int rank, const int64_t *shape,
+burnc_tensor_t *burnc_tensor_wrap(burnc_device_t *handle, burnc_dtype_t dtype, int rank, const int64_t *shape,
                                   void *data, void (*release)(void *user), void *user)
 {
+    rt_device *dev = rt_dev(handle);
     if (check_new("burnc_tensor_wrap", dev, &dtype, rank, shape) != BURNC_OK)
         return NULL;
     size_t bytes = (size_t)ir_numel(rank, shape) * ir_dtype_size(dtype);
@@ -177,7 +199,7 @@ burnc_tensor_t *burnc_tensor_wrap(burnc_device_t *dev, burnc_dtype_t dtype, int 
         return NULL;
     }
     if (!dev->be->wrap_host) {
-        burnc_tensor_t *t = burnc_tensor_from_data(dev, dtype, rank, shape, data);
+        burnc_tensor_t *t = burnc_tensor_from_data(handle, dtype, rank, shape, data);
         if (t && release)
             release(user);
         return t;
@@ -192,6 +214,8 @@ burnc_tensor_t *burnc_tensor_wrap(burnc_device_t *dev, burnc_dtype_t dtype, int 
     if (!t) {
         buf->release = NULL; /* the caller keeps ownership on failure */
         dev->be->free(dev, buf);
+    } else if (handle->base) {
+        rt_tensor_set_ctx(t, handle);
     }
     return t;
 }
@@ -201,7 +225,10 @@ const int64_t *burnc_tensor_shape(const burnc_tensor_t *t) { return t ? t->view.
 const int64_t *burnc_tensor_strides(const burnc_tensor_t *t) { return t ? t->view.strides : NULL; }
 int64_t burnc_tensor_numel(const burnc_tensor_t *t) { return t ? ir_numel(t->view.rank, t->view.shape) : 0; }
 burnc_dtype_t burnc_tensor_dtype(const burnc_tensor_t *t) { return t ? t->dtype : BURNC_DTYPE_DEFAULT; }
-burnc_device_t *burnc_tensor_device(const burnc_tensor_t *t) { return t ? burnc_device_retain(t->st->dev) : NULL; }
+burnc_device_t *burnc_tensor_device(const burnc_tensor_t *t)
+{
+    return t ? burnc_device_retain(t->ctx ? t->ctx : t->st->dev) : NULL;
+}
 
 burnc_status_t burnc_tensor_read(burnc_tensor_t *t, void *dst, size_t dst_bytes)
 {
@@ -216,7 +243,9 @@ burnc_status_t burnc_tensor_read(burnc_tensor_t *t, void *dst, size_t dst_bytes)
         return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "burnc_tensor_read: dst is NULL");
     if (!ir_view_is_dense(&t->view)) {
         rt_scope_suspend();
+        ad_no_grad_depth++; /* a copy for reading is no part of any graph */
         burnc_tensor_t *c = burnc_contiguous(t);
+        ad_no_grad_depth--;
         rt_scope_resume();
         if (!c)
             return burnc_error_code();
@@ -233,6 +262,44 @@ burnc_status_t burnc_tensor_read(burnc_tensor_t *t, void *dst, size_t dst_bytes)
     return dev->be->read(dev, t->st->buf, (size_t)t->view.offset * esize, dst, bytes);
 }
 
+/* The copy keeps t's own autodiff context, moved to dev: a tracked tensor keeps tracking and
+ * its gradient flows back through the copy; a plain tensor stays plain. */
+static burnc_tensor_t *to_device(burnc_tensor_t *t, burnc_device_t *handle)
+{
+    rt_device *dev = rt_dev(handle);
+    burnc_tensor_t *out = NULL;
+    if (t->st->dev == dev) {
+        out = rt_tensor_new(t->st, t->dtype, &t->view);
+    } else {
+        size_t bytes = (size_t)burnc_tensor_numel(t) * ir_dtype_size(t->dtype);
+        void *host = malloc(bytes ? bytes : 1);
+        if (!host) {
+            rt_fail(BURNC_ERR_OUT_OF_MEMORY, "burnc_tensor_to_device: cannot allocate %zu bytes of host memory",
+                    bytes);
+            return NULL;
+        }
+        if (burnc_tensor_read(t, host, bytes) == BURNC_OK)
+            out = burnc_tensor_from_data(dev, t->dtype, t->view.rank, t->view.shape, host);
+        free(host);
+    }
+    if (!out || !t->ctx)
+        return out;
+    rt_device *ctx = t->ctx->base == dev ? t->ctx : handle->base ? handle : NULL;
+    if (!ctx) {
+        rt_device *made = burnc_device_autodiff(dev);
+        if (!made) {
+            rt_tensor_unref(out);
+            return NULL;
+        }
+        made->checkpointing = t->ctx->checkpointing;
+        rt_tensor_set_ctx(out, made);
+        burnc_device_release(made);
+    } else {
+        rt_tensor_set_ctx(out, ctx);
+    }
+    return rt_ad_wanted(1, &t) ? ad_track(AD_TO_DEVICE, 1, &t, out, &(ad_params){.dev = t->st->dev}) : out;
+}
+
 burnc_tensor_t *burnc_tensor_to_device(burnc_tensor_t *t, burnc_device_t *dev)
 {
     if (!t)
@@ -241,17 +308,5 @@ burnc_tensor_t *burnc_tensor_to_device(burnc_tensor_t *t, burnc_device_t *dev)
         rt_fail(BURNC_ERR_INVALID_ARGUMENT, "burnc_tensor_to_device: device is NULL");
         return NULL;
     }
-    if (t->st->dev == dev)
-        return rt_tensor_new(t->st, t->dtype, &t->view);
-    size_t bytes = (size_t)burnc_tensor_numel(t) * ir_dtype_size(t->dtype);
-    void *host = malloc(bytes ? bytes : 1);
-    if (!host) {
-        rt_fail(BURNC_ERR_OUT_OF_MEMORY, "burnc_tensor_to_device: cannot allocate %zu bytes of host memory", bytes);
-        return NULL;
-    }
-    burnc_tensor_t *out = NULL;
-    if (burnc_tensor_read(t, host, bytes) == BURNC_OK)
-        out = burnc_tensor_from_data(dev, t->dtype, t->view.rank, t->view.shape, host);
-    free(host);
-    return out;
+    RT_PUBLIC(to_device(t, dev));
 }

@@ -1,6 +1,7 @@
 /* Movement ops that are views: a new handle over the same storage, no work recorded. */
 #include <string.h>
 
+#include "autodiff/ad.h"
 #include "rt.h"
 
 burnc_status_t rt_axis(const char *op, int axis, int rank, int *out)
@@ -12,7 +13,30 @@ burnc_status_t rt_axis(const char *op, int axis, int rank, int *out)
     return BURNC_OK;
 }
 
-burnc_tensor_t *rt_view(burnc_tensor_t *x, const ir_view *v) { return rt_tensor_new(x->st, x->dtype, v); }
+/* The view keeps x's autodiff context; its tape node (if any) is the caller's to record. */
+burnc_tensor_t *rt_view(burnc_tensor_t *x, const ir_view *v)
+{
+    burnc_tensor_t *t = rt_tensor_new(x->st, x->dtype, v);
+    if (t && x->ctx)
+        rt_tensor_set_ctx(t, x->ctx);
+    return t;
+}
+
+/* Views record tape nodes of their own kinds when x tracks gradients (autodiff/tape.c). */
+static burnc_tensor_t *track_view(burnc_tensor_t *x, burnc_tensor_t *out, int kind, ad_params *p)
+{
+    p->rank = out->view.rank;
+    memcpy(p->shape, out->view.shape, sizeof p->shape);
+    return ad_track(kind, 1, &x, out, p);
+}
+
+burnc_tensor_t *rt_ad_reshape(burnc_tensor_t *x, burnc_tensor_t *out)
+{
+    if (!out || !rt_ad_wanted(1, &x))
+        return out;
+    ad_params p = {.rank = 0};
+    return track_view(x, out, AD_RESHAPE, &p);
+}
 
 /* Strides for viewing a dense-in-pieces layout under a new shape, or false when the layout
  * cannot express it (then reshape copies). Groups of old axes that are contiguous with each
@@ -133,7 +157,7 @@ burnc_tensor_t *burnc_reshape(burnc_tensor_t *x, int rank, const int64_t *shape)
 {
     if (!x)
         return NULL;
-    RT_PUBLIC(reshape(x, rank, shape));
+    RT_PUBLIC(rt_ad_reshape(x, reshape(x, rank, shape)));
 }
 
 static burnc_tensor_t *permute(burnc_tensor_t *x, int rank, const int *perm)
@@ -158,7 +182,13 @@ static burnc_tensor_t *permute(burnc_tensor_t *x, int rank, const int *perm)
         v.shape[d] = x->view.shape[a];
         v.strides[d] = x->view.strides[a];
     }
-    return rt_view(x, &v);
+    burnc_tensor_t *out = rt_view(x, &v);
+    if (!out || !rt_ad_wanted(1, &x))
+        return out;
+    ad_params p = {.rank = 0};
+    for (int d = 0; d < rank; d++)
+        rt_axis(op, perm[d], rank, &p.perm[d]);
+    return track_view(x, out, AD_PERMUTE, &p);
 }
 
 burnc_tensor_t *burnc_permute(burnc_tensor_t *x, int rank, const int *perm)
@@ -176,12 +206,10 @@ burnc_tensor_t *burnc_transpose(burnc_tensor_t *x, int axis0, int axis1)
     if (rt_axis("burnc_transpose", axis0, x->view.rank, &a) != BURNC_OK ||
         rt_axis("burnc_transpose", axis1, x->view.rank, &b) != BURNC_OK)
         return NULL;
-    ir_view v = x->view;
-    if (x->view.rank) {
-        v.shape[a] = x->view.shape[b], v.strides[a] = x->view.strides[b];
-        v.shape[b] = x->view.shape[a], v.strides[b] = x->view.strides[a];
-    }
-    RT_PUBLIC(rt_view(x, &v));
+    int perm[BURNC_MAX_RANK];
+    for (int d = 0; d < x->view.rank; d++)
+        perm[d] = d == a ? b : d == b ? a : d;
+    RT_PUBLIC(permute(x, x->view.rank, perm));
 }
 
 burnc_tensor_t *rt_expand_view(burnc_tensor_t *x, int rank, const int64_t *shape, const char *op)
@@ -206,7 +234,11 @@ burnc_tensor_t *rt_expand_view(burnc_tensor_t *x, int rank, const int64_t *shape
     }
     if (rt_check_shape(op, rank, v.shape, x->dtype) != BURNC_OK)
         return NULL;
-    return rt_view(x, &v);
+    burnc_tensor_t *out = rt_view(x, &v);
+    if (!out || !rt_ad_wanted(1, &x))
+        return out;
+    ad_params p = {.rank = 0};
+    return track_view(x, out, AD_EXPAND, &p);
 }
 
 burnc_tensor_t *burnc_expand(burnc_tensor_t *x, int rank, const int64_t *shape)
@@ -261,7 +293,16 @@ burnc_tensor_t *burnc_slice(burnc_tensor_t *x, int axis, int64_t start, int64_t 
         v.offset += first * v.strides[a];
     v.shape[a] = count;
     v.strides[a] *= step;
-    RT_PUBLIC(rt_view(x, &v));
+    rt_scope_suspend();
+    burnc_tensor_t *out = rt_view(x, &v);
+    if (out && rt_ad_wanted(1, &x)) {
+        ad_params p = {.axis = a, .first = first, .step = step, .count = count};
+        out = track_view(x, out, AD_SLICE, &p);
+    }
+    rt_scope_resume();
+    if (out)
+        rt_scope_register(out);
+    return out;
 }
 
 /* Reads axes[0..naxes) (naxes 0: all) into a mask; refuses repeats. */
@@ -300,7 +341,16 @@ burnc_tensor_t *burnc_flip(burnc_tensor_t *x, int naxes, const int *axes)
             v.offset += (v.shape[d] - 1) * v.strides[d];
             v.strides[d] = -v.strides[d];
         }
-    RT_PUBLIC(rt_view(x, &v));
+    rt_scope_suspend();
+    burnc_tensor_t *out = rt_view(x, &v);
+    if (out && rt_ad_wanted(1, &x)) {
+        ad_params p = {.axes = mask};
+        out = track_view(x, out, AD_FLIP, &p);
+    }
+    rt_scope_resume();
+    if (out)
+        rt_scope_register(out);
+    return out;
 }
 
 burnc_tensor_t *burnc_squeeze(burnc_tensor_t *x, int naxes, const int *axes)
@@ -324,7 +374,7 @@ burnc_tensor_t *burnc_squeeze(burnc_tensor_t *x, int naxes, const int *axes)
             return NULL;
         }
     }
-    RT_PUBLIC(rt_view(x, &v));
+    RT_PUBLIC(rt_ad_reshape(x, rt_view(x, &v)));
 }
 
 burnc_tensor_t *rt_unsqueeze(burnc_tensor_t *x, int axis)
@@ -349,7 +399,7 @@ burnc_tensor_t *rt_unsqueeze(burnc_tensor_t *x, int axis)
         v.shape[d] = x->view.shape[s];
         v.strides[d] = x->view.strides[s++];
     }
-    return rt_view(x, &v);
+    return rt_ad_reshape(x, rt_view(x, &v));
 }
 
 burnc_tensor_t *burnc_unsqueeze(burnc_tensor_t *x, int axis)

@@ -19,6 +19,8 @@ need gcc command -v cc
 need libc6-dev test -f /usr/include/stdio.h
 need libcriterion-dev have_pkg libcriterion-dev
 need python3-numpy /usr/bin/python3 -c 'import numpy'
+# The digits data set of the training example and its test (sklearn/datasets/data/digits.csv.gz).
+need python3-sklearn /usr/bin/python3 -c 'import sklearn'
 # SQLite: the persistent autotune store.
 need libsqlite3-dev pkg-config --exists sqlite3
 # OpenBLAS: burnc-bench's yardstick for matmul (linked by the benchmark only).

@@ -368,8 +368,52 @@ static void run_ref(const tb *b, mem *m)
         run_record(b, m, i);
 }
 
+/* The device kernels run on: BURNC_TEST_DEVICE when it names one other than ref (opaque records
+ * still run on the host's reference kernels), else none: kir_eval on the host. Skips the test,
+ * saying why, when the device cannot be opened. */
+static burnc_device_t *open_test_device(void)
+{
+    const char *spec = getenv("BURNC_TEST_DEVICE");
+    if (!spec || !*spec || strcmp(spec, "ref") == 0)
+        return NULL;
+    burnc_device_t *dev = burnc_device_open(spec);
+    if (!dev)
+        cr_skip_test("device '%s' is not available: %s", spec, burnc_error_message());
+    return dev;
+}
+
+/* Runs one kernel on dev through its backend, on copies of the host buffers. */
+static void run_on_device(burnc_device_t *dev, const kir_kernel *k, const kir_args *a, void **host_in,
+                          const size_t *in_bytes, void **host_out, const size_t *out_bytes)
+{
+    rt_device *d = dev;
+    rt_buffer *ib[KIR_MAX_INPUTS], *ob[KIR_MAX_OUTPUTS];
+    for (int s = 0; s < k->n_inputs; s++) {
+        cr_assert_eq(d->be->alloc(d, in_bytes[s], &ib[s]), BURNC_OK, "%s", burnc_error_message());
+        cr_assert_eq(d->be->write(d, ib[s], 0, host_in[s], in_bytes[s]), BURNC_OK, "%s", burnc_error_message());
+    }
+    for (int o = 0; o < k->n_outputs; o++) {
+        cr_assert_eq(d->be->alloc(d, out_bytes[o], &ob[o]), BURNC_OK, "%s", burnc_error_message());
+        cr_assert_eq(d->be->write(d, ob[o], 0, host_out[o], out_bytes[o]), BURNC_OK, "%s", burnc_error_message());
+    }
+    rt_kernel *rk;
+    burnc_status_t st = d->be->compile_kernel(d, k, kir_hash(k), &rk);
+    cr_assert_eq(st, BURNC_OK, "%s on %s: %s", k->name, burnc_device_spec(dev), burnc_error_message());
+    st = d->be->launch_kernel(d, rk, a, ib, ob, false);
+    if (st == BURNC_OK)
+        st = d->be->sync(d);
+    cr_assert_eq(st, BURNC_OK, "%s on %s: %s", k->name, burnc_device_spec(dev), burnc_error_message());
+    for (int o = 0; o < k->n_outputs; o++) {
+        cr_assert_eq(d->be->read(d, ob[o], 0, host_out[o], out_bytes[o]), BURNC_OK, "%s", burnc_error_message());
+        d->be->free(d, ob[o]);
+    }
+    for (int s = 0; s < k->n_inputs; s++)
+        d->be->free(d, ib[s]);
+}
+
 static void run_plan(const tb *b, const fus_plan *p, mem *m)
 {
+    burnc_device_t *dev = open_test_device();
     for (int gi = 0; gi < p->n_groups; gi++) {
         const fus_group *g = &p->groups[gi];
         if (g->opaque) {
@@ -385,9 +429,19 @@ static void run_plan(const tb *b, const fus_plan *p, mem *m)
         kir_args a = {.inputs = ins, .outputs = outs, .extents = g->extents, .in_offsets = g->in_offsets,
                       .in_strides = g->in_strides, .out_offsets = g->out_offsets, .out_strides = g->out_strides,
                       .scalars = g->scalars};
+        if (dev) {
+            size_t in_b[KIR_MAX_INPUTS], out_b[KIR_MAX_OUTPUTS];
+            for (int s = 0; s < k->n_inputs; s++)
+                in_b[s] = m->bytes[st_id(g->in_storage[s])];
+            for (int o = 0; o < k->n_outputs; o++)
+                out_b[o] = m->bytes[st_id(g->out_storage[o])];
+            run_on_device(dev, k, &a, ins, in_b, outs, out_b);
+            continue;
+        }
         burnc_status_t st = kir_eval(k, &a);
         cr_assert_eq(st, BURNC_OK, "kir_eval of group %d (%s): %s", gi, k->name, burnc_error_message());
     }
+    burnc_device_release(dev);
 }
 
 /* Every group reads only what outside inputs and earlier groups wrote; every needed record is

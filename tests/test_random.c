@@ -42,11 +42,15 @@ static const double NUMEL_CAP = 40000; /* structural bound on any node's element
 
 /* ---- Devices and the codegen log ---------------------------------------------------------- */
 
-static burnc_device_t *open_cpu(void)
+/* The device under test: BURNC_TEST_DEVICE, else "cpu"; skipped with the reason when it cannot
+ * be opened. */
+static burnc_device_t *open_test_device(void)
 {
-    burnc_device_t *dev = burnc_device_open("cpu");
+    const char *env = getenv("BURNC_TEST_DEVICE");
+    const char *spec = env && *env ? env : "cpu";
+    burnc_device_t *dev = burnc_device_open(spec);
     if (!dev)
-        cr_skip_test("the cpu device is not available: %s", burnc_error_message());
+        cr_skip_test("device '%s' is not available: %s", spec, burnc_error_message());
     return dev;
 }
 
@@ -1833,7 +1837,7 @@ Test(random, chains_agree_fused_eager_and_ref)
 {
     uint64_t seed = env_u64("BURNC_TEST_SEED", DEFAULT_SEED);
     long only = getenv("BURNC_TEST_CHAIN") ? (long)env_u64("BURNC_TEST_CHAIN", 0) : -1;
-    burnc_device_t *cpu = open_cpu(), *ref = bt_ref();
+    burnc_device_t *cpu = open_test_device(), *ref = bt_ref();
     fprintf(stderr, "# random chains: seed %llu (BURNC_TEST_SEED overrides), %d chains over %d structures\n",
             (unsigned long long)seed, CHAINS, STRUCTURES);
     atomic_store(&llvm_compiles, 0);
@@ -1948,7 +1952,7 @@ Test(random, training_loop_compiles_once)
     rng r = {7};
     for (int i = 0; i < N; i++)
         x0[i] = (float)r_unif(&r, -3, 3), t0[i] = (float)r_unif(&r, -1, 1);
-    burnc_device_t *cpu = open_cpu(), *ref = bt_ref();
+    burnc_device_t *cpu = open_test_device(), *ref = bt_ref();
     params pc, pr;
     params_init(&pc, cpu, N, x0, t0);
     params_init(&pr, ref, N, x0, t0);
@@ -2035,7 +2039,7 @@ Test(random, row_softmax_graph_has_at_most_two_kernels)
     int fd = mkstemp(path);
     cr_assert_geq(fd, 0);
     close(fd);
-    burnc_device_t *cpu = open_cpu(), *ref = bt_ref();
+    burnc_device_t *cpu = open_test_device(), *ref = bt_ref();
     BT_ASSERT_OK(burnc_device_set_fusion(cpu, true)); /* even under BURNC_FUSION=0 */
     for (int k = 0; k < ROW_KINDS; k++) {
         burnc_tensor_t *xc = bt_f32(cpu, 2, shape, x), *xr = bt_f32(ref, 2, shape, x);

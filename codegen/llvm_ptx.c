@@ -1,0 +1,1211 @@
+/* The PTX code generator: kernel IR -> LLVM IR for NVPTX -> default<O3> with the target
+ * machine -> PTX text (codegen/ptx.h is the contract with the CUDA runtime, ptx_plan.c the
+ * launches that go with the entries emitted here).
+ *
+ * Part of the burnc-llvm module, like llvm_cpu.c, whose per-instruction lowering (llvm_emit.c:
+ * types, conversions, f16/bf16 in integer code, division, compares, combiners) it uses at one
+ * lane: the same LLVM instructions give the same IEEE results on the GPU, where NVPTX turns them
+ * into .rn arithmetic (never contracted by ptxas) and no .ftz, as long as the target machine
+ * keeps the C API's default options (no unsafe-fp-math, no fast FP-op fusion). Float remainder
+ * is the exception: NVPTX expands frem as x - trunc(x / y) * y, so it is written out exactly
+ * here.
+ *
+ * Code shape. Every entry takes one byval block of 8-byte words (ptx.h's layout). Values are
+ * emitted per "site" (one position, or a row for row-level values) from scratch, memoized within
+ * the site; O3 hoists what does not depend on the position out of the loops. Inputs that no
+ * output overwrites are loaded with !invariant.load, which NVPTX turns into ld.global.nc. */
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/cg.h"
+#include "codegen/llvm_emit.h"
+#include "codegen/llvm_host.h"
+#include "codegen/ptx.h"
+
+enum { W = KIR_LANES, LEAF_SHIFT = 12, STACK_DEPTH = 64 };
+_Static_assert(KIR_LEAF == 1 << LEAF_SHIFT, "leaf size is a power of two");
+
+typedef struct gen {
+    cg_emit e;          /* what the shared lowering (llvm_emit.c) needs */
+    LLVMTypeRef t_gptr; /* a pointer to global memory */
+    unsigned md_invariant;
+    int items, rows_per_block;
+    bool writable_input[KIR_MAX_INPUTS]; /* overwritten in place by an output: no .nc loads */
+    cg_ptx_layout lay;
+    /* shared memory of the block-per-row entry: a chunk's leaf records, the binary-counter
+     * stack of chunk results, the stage result */
+    LLVMValueRef sh_leaf, sh_stack, sh_res;
+} gen;
+
+/* ---- Float remainder, exactly -------------------------------------------------------------
+ * C fmod is exact: with |x| = mx 2^ex and |y| = my 2^ey (integer significands), the result is
+ * (mx 2^(ex-ey) mod my) 2^ey with x's sign. The shift-and-subtract loop runs ex - ey times (at
+ * most ~2100 for f64, one step per bit), in its own blocks. */
+static LLVMValueRef exact_fmod(gen *g, LLVMValueRef fn, int t, LLVMValueRef x, LLVMValueRef y)
+{
+    LLVMBuilderRef b = g->e.b;
+    bool d = t == KIR_F64;
+    int mant = d ? 52 : 23, bias = d ? 1023 : 127;
+    LLVMTypeRef it = d ? g->e.t_i64 : g->e.t_i32, ft = cg_ty_of(&g->e, t);
+    LLVMValueRef xb = LLVMBuildBitCast(b, x, it, ""), yb = LLVMBuildBitCast(b, y, it, "");
+    uint64_t absmask = d ? INT64_MAX : INT32_MAX;
+    LLVMValueRef ax = LLVMBuildAnd(b, xb, LLVMConstInt(it, absmask, 0), "");
+    LLVMValueRef ay = LLVMBuildAnd(b, yb, LLVMConstInt(it, absmask, 0), "");
+    LLVMValueRef sign = LLVMBuildXor(b, xb, ax, "");
+    /* significand and exponent of a finite magnitude, as i64 (subnormals: exponent 1 - bias) */
+    LLVMValueRef ex, ey, mx, my;
+    {
+        LLVMValueRef parts[2][2];
+        LLVMValueRef src[2] = {ax, ay};
+        for (int i = 0; i < 2; i++) {
+            LLVMValueRef v = LLVMBuildZExt(b, src[i], g->e.t_i64, "");
+            LLVMValueRef e = LLVMBuildLShr(b, v, LLVMConstInt(g->e.t_i64, (unsigned)mant, 0), "");
+            LLVMValueRef f = LLVMBuildAnd(b, v, LLVMConstInt(g->e.t_i64, (UINT64_C(1) << mant) - 1, 0), "");
+            LLVMValueRef sub = LLVMBuildICmp(b, LLVMIntEQ, e, LLVMConstInt(g->e.t_i64, 0, 0), "");
+            parts[i][0] = LLVMBuildSelect(b, sub, LLVMConstInt(g->e.t_i64, 1, 0), e, "");
+            parts[i][1] =
+                LLVMBuildSelect(b, sub, f, LLVMBuildOr(b, f, LLVMConstInt(g->e.t_i64, UINT64_C(1) << mant, 0), ""), "");
+        }
+        ex = parts[0][0], mx = parts[0][1], ey = parts[1][0], my = parts[1][1];
+    }
+    LLVMValueRef inf = LLVMConstInt(it, d ? UINT64_C(0x7ff0000000000000) : 0x7f800000u, 0);
+    LLVMValueRef nan_case = LLVMBuildOr(b, LLVMBuildICmp(b, LLVMIntUGE, ax, inf, ""),
+                                        LLVMBuildOr(b, LLVMBuildICmp(b, LLVMIntUGT, ay, inf, ""),
+                                                    LLVMBuildICmp(b, LLVMIntEQ, ay, LLVMConstInt(it, 0, 0), ""), ""),
+                                        "");
+    LLVMValueRef small = LLVMBuildICmp(b, LLVMIntULT, ax, ay, ""); /* also y infinite, x finite */
+    LLVMValueRef easy = LLVMBuildOr(b, nan_case, small, "");
+
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(b);
+    LLVMBasicBlockRef loop = LLVMAppendBasicBlockInContext(g->e.ctx, fn, "fmod_loop");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->e.ctx, fn, "fmod_done");
+    LLVMValueRef steps = LLVMBuildSub(b, ex, ey, "");
+    LLVMValueRef r0 = LLVMBuildURem(b, mx, LLVMBuildSelect(b, easy, LLVMConstInt(g->e.t_i64, 1, 0), my, ""), "");
+    LLVMBuildCondBr(b, LLVMBuildOr(b, easy, LLVMBuildICmp(b, LLVMIntEQ, steps, LLVMConstInt(g->e.t_i64, 0, 0), ""), ""),
+                    done, loop);
+
+    LLVMPositionBuilderAtEnd(b, loop);
+    LLVMValueRef r = LLVMBuildPhi(b, g->e.t_i64, ""), n = LLVMBuildPhi(b, g->e.t_i64, "");
+    LLVMValueRef r2 = LLVMBuildShl(b, r, LLVMConstInt(g->e.t_i64, 1, 0), "");
+    r2 = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntUGE, r2, my, ""), LLVMBuildSub(b, r2, my, ""), r2, "");
+    LLVMValueRef n2 = LLVMBuildSub(b, n, LLVMConstInt(g->e.t_i64, 1, 0), "");
+    LLVMValueRef incoming[2] = {r0, r2}, counts[2] = {steps, n2};
+    LLVMBasicBlockRef from[2] = {pre, loop};
+    LLVMAddIncoming(r, incoming, from, 2);
+    LLVMAddIncoming(n, counts, from, 2);
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntEQ, n2, LLVMConstInt(g->e.t_i64, 0, 0), ""), done, loop);
+
+    LLVMPositionBuilderAtEnd(b, done);
+    LLVMValueRef rf = LLVMBuildPhi(b, g->e.t_i64, "");
+    LLVMValueRef rin[2] = {r0, r2};
+    LLVMAddIncoming(rf, rin, from, 2);
+    /* rf 2^(ey - bias - mant) is below |y|, so representable; f32 scales in f64, where every
+     * such power of two is normal */
+    LLVMValueRef e2 = LLVMBuildSub(b, ey, LLVMConstInt(g->e.t_i64, (unsigned)(bias + mant), 0), "");
+    LLVMValueRef res;
+    if (d) {
+        /* 2^e2 with e2 in [-1074, 971]: normal bits, or a subnormal's single bit */
+        LLVMValueRef normal = LLVMBuildICmp(b, LLVMIntSGE, e2, LLVMConstInt(g->e.t_i64, (uint64_t)-1022, 1), "");
+        LLVMValueRef nb = LLVMBuildShl(b, LLVMBuildAdd(b, e2, LLVMConstInt(g->e.t_i64, 1023, 0), ""),
+                                       LLVMConstInt(g->e.t_i64, 52, 0), "");
+        LLVMValueRef sb = LLVMBuildShl(b, LLVMConstInt(g->e.t_i64, 1, 0),
+                                       LLVMBuildAdd(b, e2, LLVMConstInt(g->e.t_i64, 1074, 0), ""), "");
+        LLVMValueRef p2 = LLVMBuildBitCast(b, LLVMBuildSelect(b, normal, nb, sb, ""), g->e.t_f64, "");
+        /* the exact product is representable, so the multiply returns it even when 2^e2 is
+         * subnormal */
+        res = LLVMBuildFMul(b, LLVMBuildUIToFP(b, rf, g->e.t_f64, ""), p2, "");
+    } else {
+        LLVMValueRef p2 = LLVMBuildBitCast(b,
+                                           LLVMBuildShl(b, LLVMBuildAdd(b, e2, LLVMConstInt(g->e.t_i64, 1023, 0), ""),
+                                                        LLVMConstInt(g->e.t_i64, 52, 0), ""),
+                                           g->e.t_f64, "");
+        res = LLVMBuildFPTrunc(b, LLVMBuildFMul(b, LLVMBuildUIToFP(b, rf, g->e.t_f64, ""), p2, ""), g->e.t_f32, "");
+    }
+    res = LLVMBuildBitCast(b, LLVMBuildOr(b, LLVMBuildBitCast(b, res, it, ""), sign, ""), ft, "");
+    res = LLVMBuildSelect(b, small, x, res, "");
+    return LLVMBuildSelect(b, nan_case, cg_kfp(&g->e, t, NAN, 1), res, "");
+}
+
+/* ---- Entries: parameters, sites ---------------------------------------------------------- */
+
+typedef struct ent {
+    gen *g;
+    LLVMValueRef fn, params;
+    LLVMBuilderRef ab; /* allocas, at the top of the entry block */
+    LLVMValueRef ext[BURNC_MAX_RANK], row_len;
+    LLVMValueRef in_base[KIR_MAX_INPUTS], out_base[KIR_MAX_OUTPUTS];
+    LLVMValueRef lane, tid;
+} ent;
+
+/* One row (or, element-wise, one position): its outer indices and the slots' offsets there. */
+typedef struct rowc {
+    LLVMValueRef idx[BURNC_MAX_RANK];
+    LLVMValueRef in_off[KIR_MAX_INPUTS], out_off[KIR_MAX_OUTPUTS];
+    LLVMValueRef reduced[KIR_MAX_STAGES];
+} rowc;
+
+/* One position of a row: j (NULL for row-level values), the reduced indices, full offsets.
+ * The fast element-wise path instead takes loads from vectors (vin) at lane `item`. */
+typedef struct site {
+    ent *e;
+    rowc *r;
+    LLVMValueRef idx[BURNC_MAX_RANK];
+    LLVMValueRef in_off[KIR_MAX_INPUTS], out_off[KIR_MAX_OUTPUTS];
+    LLVMValueRef *vin; /* [n_inputs] or NULL */
+    int item;
+    LLVMValueRef *val; /* memo, [n_insts] */
+} site;
+
+static LLVMValueRef ki64(gen *g, int64_t v) { return LLVMConstInt(g->e.t_i64, (unsigned long long)v, 1); }
+static LLVMValueRef ki32(gen *g, int v) { return LLVMConstInt(g->e.t_i32, (unsigned long long)v, 1); }
+
+static LLVMValueRef word(ent *e, int i)
+{
+    gen *g = e->g;
+    LLVMValueRef ix = ki64(g, i);
+    LLVMValueRef v = LLVMBuildLoad2(g->e.b, g->e.t_i64, LLVMBuildGEP2(g->e.b, g->e.t_i64, e->params, &ix, 1, ""), "");
+    LLVMSetAlignment(v, 8);
+    return v;
+}
+
+static LLVMValueRef launch_word(ent *e, int i) { return word(e, e->g->lay.launch + i); }
+
+static LLVMValueRef sreg(gen *g, const char *which)
+{
+    char name[64];
+    snprintf(name, sizeof name, "llvm.nvvm.read.ptx.sreg.%s", which);
+    return LLVMBuildZExt(g->e.b, cg_call_intrinsic(&g->e, name, NULL, 0, NULL, 0), g->e.t_i64, "");
+}
+
+static LLVMValueRef gptr(gen *g, LLVMValueRef addr) { return LLVMBuildIntToPtr(g->e.b, addr, g->t_gptr, ""); }
+
+static LLVMBasicBlockRef block(ent *e, const char *name)
+{
+    return LLVMAppendBasicBlockInContext(e->g->e.ctx, e->fn, name);
+}
+
+static LLVMValueRef entry_alloca(ent *e, LLVMTypeRef t) { return LLVMBuildAlloca(e->ab, t, ""); }
+
+/* Starts an entry: one byval parameter of the layout's words, kernel calling convention. */
+static void ent_begin(gen *g, ent *e, const char *name)
+{
+    memset(e, 0, sizeof *e);
+    e->g = g;
+    LLVMTypeRef fty = LLVMFunctionType(g->e.t_void, &g->e.t_ptr, 1, 0);
+    e->fn = LLVMAddFunction(g->e.mod, name, fty);
+    LLVMSetFunctionCallConv(e->fn, LLVMPTXKernelCallConv);
+    LLVMTypeRef blk = LLVMArrayType2(g->e.t_i64, (uint64_t)g->lay.n_words);
+    unsigned byval = LLVMGetEnumAttributeKindForName("byval", 5), align = LLVMGetEnumAttributeKindForName("align", 5);
+    LLVMAddAttributeAtIndex(e->fn, 1, LLVMCreateTypeAttribute(g->e.ctx, byval, blk));
+    LLVMAddAttributeAtIndex(e->fn, 1, LLVMCreateEnumAttribute(g->e.ctx, align, 8));
+    unsigned nounwind = LLVMGetEnumAttributeKindForName("nounwind", 8);
+    LLVMAddAttributeAtIndex(e->fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(g->e.ctx, nounwind, 0));
+    e->params = LLVMGetParam(e->fn, 0);
+    LLVMPositionBuilderAtEnd(g->e.b, block(e, "entry"));
+    e->ab = LLVMCreateBuilderInContext(g->e.ctx);
+    LLVMValueRef mark = LLVMBuildAlloca(g->e.b, g->e.t_i8, "");
+    LLVMPositionBuilderBefore(e->ab, mark);
+    const kir_kernel *k = g->e.k;
+    e->row_len = ki64(g, 1);
+    for (int d = 0; d < k->rank; d++) {
+        e->ext[d] = word(e, g->lay.extents + d);
+        if (d >= k->n_outer)
+            e->row_len = LLVMBuildMul(g->e.b, e->row_len, e->ext[d], "");
+    }
+    for (int s = 0; s < k->n_inputs; s++)
+        e->in_base[s] = word(e, g->lay.in_addr + s);
+    for (int s = 0; s < k->n_outputs; s++)
+        e->out_base[s] = word(e, g->lay.out_addr + s);
+    e->tid = sreg(g, "tid.x");
+    e->lane = LLVMBuildAnd(g->e.b, e->tid, ki64(g, W - 1), "");
+}
+
+static void ent_end(ent *e)
+{
+    LLVMBuildRetVoid(e->g->e.b);
+    LLVMDisposeBuilder(e->ab);
+}
+
+/* A slot's stride along axis d as a value (NULL: ZERO). */
+static LLVMValueRef stride(ent *e, bool out, int s, int d)
+{
+    gen *g = e->g;
+    const kir_slot *sl = out ? &g->e.k->outputs[s] : &g->e.k->inputs[s];
+    if (sl->stride[d] == KIR_STRIDE_ZERO)
+        return NULL;
+    if (sl->stride[d] == KIR_STRIDE_UNIT)
+        return ki64(g, 1);
+    int base = out ? g->lay.out_stride : g->lay.in_stride;
+    return word(e, base + s * g->e.k->rank + d);
+}
+
+/* Positions along axes [from, to) of `flat` (row-major). */
+static void decompose(ent *e, LLVMValueRef flat, int from, int to, LLVMValueRef *idx)
+{
+    LLVMBuilderRef b = e->g->e.b;
+    for (int d = to - 1; d >= from; d--) {
+        if (d == from) {
+            idx[d] = flat;
+            break;
+        }
+        LLVMValueRef q = LLVMBuildUDiv(b, flat, e->ext[d], "");
+        idx[d] = LLVMBuildSub(b, flat, LLVMBuildMul(b, q, e->ext[d], ""), "");
+        flat = q;
+    }
+}
+
+/* off + sum over axes [from, to) of idx * stride, for every slot. */
+static void add_offsets(ent *e, const LLVMValueRef *idx, int from, int to, const LLVMValueRef *in0,
+                        const LLVMValueRef *out0, LLVMValueRef *in, LLVMValueRef *out)
+{
+    gen *g = e->g;
+    for (int pass = 0; pass < 2; pass++) {
+        int n = pass ? g->e.k->n_outputs : g->e.k->n_inputs;
+        for (int s = 0; s < n; s++) {
+            LLVMValueRef off = pass ? out0[s] : in0[s];
+            for (int d = from; d < to; d++) {
+                LLVMValueRef st = stride(e, pass, s, d);
+                if (st)
+                    off = LLVMBuildAdd(g->e.b, off, LLVMBuildMul(g->e.b, idx[d], st, ""), "");
+            }
+            (pass ? out : in)[s] = off;
+        }
+    }
+}
+
+/* Row r at outer indices idx: the slots' offsets there. */
+static void row_at(ent *e, rowc *r, const LLVMValueRef *idx)
+{
+    gen *g = e->g;
+    const kir_kernel *k = g->e.k;
+    memset(r, 0, sizeof *r);
+    memcpy(r->idx, idx, sizeof r->idx);
+    LLVMValueRef in0[KIR_MAX_INPUTS], out0[KIR_MAX_OUTPUTS];
+    for (int s = 0; s < k->n_inputs; s++)
+        in0[s] = word(e, g->lay.in_off + s);
+    for (int s = 0; s < k->n_outputs; s++)
+        out0[s] = word(e, g->lay.out_off + s);
+    add_offsets(e, r->idx, 0, k->n_outer, in0, out0, r->in_off, r->out_off);
+}
+
+static void row_begin(ent *e, rowc *r, LLVMValueRef row)
+{
+    LLVMValueRef idx[BURNC_MAX_RANK] = {0};
+    decompose(e, row, 0, e->g->e.k->n_outer, idx);
+    row_at(e, r, idx);
+}
+
+/* The indices of the next flat position: the innermost axis steps and wraps into the next
+ * (a compare per axis instead of a division). */
+static void step_index(ent *e, LLVMValueRef *idx, int rank)
+{
+    gen *g = e->g;
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef carry = ki64(g, 1);
+    for (int d = rank - 1; d >= 0; d--) {
+        idx[d] = LLVMBuildAdd(b, idx[d], carry, "");
+        if (d == 0)
+            break;
+        LLVMValueRef wrap = LLVMBuildICmp(b, LLVMIntEQ, idx[d], e->ext[d], "");
+        idx[d] = LLVMBuildSelect(b, wrap, ki64(g, 0), idx[d], "");
+        carry = LLVMBuildZExt(b, wrap, g->e.t_i64, "");
+    }
+}
+
+/* A site at reduced position j of row r (j NULL: the row itself). The caller frees val. */
+static bool site_begin(ent *e, rowc *r, LLVMValueRef j, site *s)
+{
+    const kir_kernel *k = e->g->e.k;
+    memset(s, 0, sizeof *s);
+    s->e = e;
+    s->r = r;
+    s->val = calloc((size_t)(k->n_insts > 0 ? k->n_insts : 1), sizeof *s->val);
+    memcpy(s->idx, r->idx, sizeof s->idx);
+    if (j && k->n_outer < k->rank) {
+        decompose(e, j, k->n_outer, k->rank, s->idx);
+        add_offsets(e, s->idx, k->n_outer, k->rank, r->in_off, r->out_off, s->in_off, s->out_off);
+    } else {
+        /* row-level values never depend on reduced positions (kir_valid): 0 keeps a kernel
+         * that breaks the rule from reaching LLVM with a missing operand */
+        for (int d = k->n_outer; d < k->rank; d++)
+            s->idx[d] = ki64(e->g, 0);
+        memcpy(s->in_off, r->in_off, sizeof s->in_off);
+        memcpy(s->out_off, r->out_off, sizeof s->out_off);
+    }
+    return s->val != NULL;
+}
+
+/* ---- Values ------------------------------------------------------------------------------ */
+
+static LLVMValueRef load_mem(gen *g, LLVMValueRef base, LLVMValueRef off, LLVMTypeRef mt, LLVMTypeRef lt,
+                             unsigned align, bool invariant)
+{
+    LLVMValueRef p = LLVMBuildGEP2(g->e.b, mt, gptr(g, base), &off, 1, "");
+    LLVMValueRef v = LLVMBuildLoad2(g->e.b, lt, p, "");
+    LLVMSetAlignment(v, align);
+    if (invariant)
+        LLVMSetMetadata(v, g->md_invariant, LLVMMetadataAsValue(g->e.ctx, LLVMMDNodeInContext2(g->e.ctx, NULL, 0)));
+    return v;
+}
+
+static LLVMValueRef load_input(site *s, int slot)
+{
+    ent *e = s->e;
+    gen *g = e->g;
+    burnc_dtype_t dt = g->e.k->inputs[slot].dtype;
+    LLVMValueRef raw;
+    if (s->vin && s->vin[slot] && g->items == 1)
+        raw = s->vin[slot];
+    else if (s->vin && s->vin[slot])
+        raw = LLVMBuildExtractElement(g->e.b, s->vin[slot], ki32(g, s->item), "");
+    else
+        raw = load_mem(g, e->in_base[slot], s->in_off[slot], cg_mem_ty(&g->e, dt), cg_mem_ty(&g->e, dt),
+                       cg_mem_align(dt), !g->writable_input[slot]);
+    return cg_from_mem(&g->e, raw, dt, 1);
+}
+
+/* kir_scalar bits -> a value of type t (KIR_ARG's rules). */
+static LLVMValueRef scalar_of(gen *g, LLVMValueRef u, int t)
+{
+    if (t_fp(t)) {
+        LLVMValueRef d = LLVMBuildBitCast(g->e.b, u, g->e.t_f64, "");
+        return t == KIR_F32 ? LLVMBuildFPTrunc(g->e.b, d, g->e.t_f32, "") : d;
+    }
+    if (t == KIR_BOOL)
+        return LLVMBuildICmp(g->e.b, LLVMIntNE, u, ki64(g, 0), "");
+    return t == KIR_I64 || t == KIR_U64 ? u : LLVMBuildTrunc(g->e.b, u, cg_ty_of(&g->e, t), "");
+}
+
+static LLVMValueRef ev(site *s, int i)
+{
+    if (s->val[i])
+        return s->val[i];
+    ent *e = s->e;
+    gen *g = e->g;
+    const kir_inst *in = &g->e.k->insts[i];
+    int t = in->type;
+    LLVMValueRef v;
+    switch (in->op) {
+    case KIR_LOAD: v = load_input(s, in->a); break;
+    case KIR_CONST:
+        v = t_fp(t) ? cg_kfp(&g->e, t, in->imm.f, 1)
+                    : kint(cg_ty_of(&g->e, t), t == KIR_BOOL ? in->imm.u != 0 : in->imm.u, 1);
+        break;
+    case KIR_ARG: v = scalar_of(g, word(e, g->lay.scalars + in->a), t); break;
+    case KIR_INDEX: v = s->idx[in->a]; break;
+    case KIR_EXTENT: v = e->ext[in->a]; break;
+    case KIR_ROW_LEN: v = e->row_len; break;
+    case KIR_REDUCED: v = s->r->reduced[in->a]; break;
+    default: {
+        LLVMValueRef a = ev(s, in->a);
+        int ta = g->e.k->insts[in->a].type;
+        if (n_operands(in->op) == 1) {
+            v = cg_unary(&g->e, in, ta, a, 1);
+            break;
+        }
+        LLVMValueRef bb = ev(s, in->b);
+        if (in->op >= KIR_EQ && in->op <= KIR_GE)
+            v = cg_compare(&g->e, in->op, ta, a, bb);
+        else if (in->op == KIR_REM && t_fp(t))
+            v = exact_fmod(g, e->fn, t, a, bb);
+        else if (n_operands(in->op) == 2)
+            v = cg_binary(&g->e, in->op, t, a, bb, 1);
+        else if (in->op == KIR_SELECT)
+            v = LLVMBuildSelect(g->e.b, a, bb, ev(s, in->c), "");
+        else {
+            LLVMValueRef args[3] = {a, bb, ev(s, in->c)};
+            LLVMTypeRef ft = LLVMTypeOf(a);
+            v = cg_call_intrinsic(&g->e, "llvm.fma", &ft, 1, args, 3);
+        }
+    }
+    }
+    s->val[i] = v;
+    return v;
+}
+
+static void store_mem(gen *g, LLVMValueRef base, LLVMValueRef off, LLVMTypeRef mt, LLVMValueRef v, unsigned align)
+{
+    LLVMValueRef p = LLVMBuildGEP2(g->e.b, mt, gptr(g, base), &off, 1, "");
+    LLVMSetAlignment(LLVMBuildStore(g->e.b, v, p), align);
+}
+
+/* Which stores emit_stores emits: element stores, row stores (at the row's offsets), or all of
+ * them (element-wise kernels, where a row is one position). */
+enum { ST_ELEM, ST_ROW, ST_ALL };
+
+/* The stores of one kind (ST_*) at site s, in the kernel's order. */
+static void emit_stores(site *s, int which)
+{
+    ent *e = s->e;
+    gen *g = e->g;
+    const kir_kernel *k = g->e.k;
+    for (int i = 0; i < k->n_stores; i++) {
+        const kir_store *st = &k->stores[i];
+        if ((which == ST_ELEM && st->row) || (which == ST_ROW && !st->row))
+            continue;
+        burnc_dtype_t dt = k->outputs[st->slot].dtype;
+        LLVMValueRef v = cg_to_mem(&g->e, ev(s, st->value), k->insts[st->value].type, dt, 1);
+        LLVMValueRef off = which == ST_ROW ? s->r->out_off[st->slot] : s->out_off[st->slot];
+        store_mem(g, e->out_base[st->slot], off, cg_mem_ty(&g->e, dt), v, cg_mem_align(dt));
+    }
+}
+
+/* ---- Element-wise ------------------------------------------------------------------------
+ * Thread t owns positions [t * items, t * items + items). Fast path (the planner's flag: every
+ * slot is contiguous over the flattened domain, its base aligned for the vector): one vector
+ * load per input and one vector store per output (16 bytes at f32 x 4); general path: each
+ * position on its own, indices from the flat position, offsets from the strides. */
+
+static bool ew_fast(ent *e, LLVMValueRef p0, LLVMValueRef (*idx)[BURNC_MAX_RANK])
+{
+    gen *g = e->g;
+    const kir_kernel *k = g->e.k;
+    int n = g->items;
+    bool ok = true;
+    LLVMValueRef vin[KIR_MAX_INPUTS] = {0}, vout[KIR_MAX_OUTPUTS] = {0};
+    for (int s = 0; s < k->n_inputs; s++) {
+        if (cg_ptx_slot_uniform(k, &k->inputs[s]))
+            continue;
+        burnc_dtype_t dt = k->inputs[s].dtype;
+        unsigned size = cg_mem_align(dt), align = (unsigned)n * size > 16 ? 16 : (unsigned)n * size;
+        LLVMValueRef off = LLVMBuildAdd(g->e.b, word(e, g->lay.in_off + s), p0, "");
+        vin[s] = load_mem(g, e->in_base[s], off, cg_mem_ty(&g->e, dt), vty(cg_mem_ty(&g->e, dt), n), align,
+                          !g->writable_input[s]);
+    }
+    for (int s = 0; s < k->n_outputs; s++)
+        vout[s] = LLVMGetPoison(vty(cg_mem_ty(&g->e, k->outputs[s].dtype), n));
+    for (int it = 0; it < n && ok; it++) {
+        rowc r;
+        row_at(e, &r, idx[it]);
+        site si;
+        ok = site_begin(e, &r, NULL, &si);
+        si.vin = vin;
+        si.item = it;
+        for (int i = 0; ok && i < k->n_stores; i++) {
+            const kir_store *st = &k->stores[i];
+            burnc_dtype_t dt = k->outputs[st->slot].dtype;
+            LLVMValueRef v = cg_to_mem(&g->e, ev(&si, st->value), k->insts[st->value].type, dt, 1);
+            vout[st->slot] = n == 1 ? v : LLVMBuildInsertElement(g->e.b, vout[st->slot], v, ki32(g, it), "");
+        }
+        free(si.val);
+    }
+    for (int i = 0; i < k->n_stores; i++) {
+        int s = k->stores[i].slot;
+        if (!vout[s])
+            continue;
+        burnc_dtype_t dt = k->outputs[s].dtype;
+        unsigned size = cg_mem_align(dt), align = (unsigned)n * size > 16 ? 16 : (unsigned)n * size;
+        LLVMValueRef off = LLVMBuildAdd(g->e.b, word(e, g->lay.out_off + s), p0, "");
+        store_mem(g, e->out_base[s], off, cg_mem_ty(&g->e, dt), vout[s], align);
+        vout[s] = NULL; /* one store per slot, of the last values */
+    }
+    return ok;
+}
+
+static bool emit_ew(gen *g)
+{
+    ent e;
+    ent_begin(g, &e, CG_PTX_ENTRY_EW);
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef t = LLVMBuildAdd(b, LLVMBuildMul(b, sreg(g, "ctaid.x"), sreg(g, "ntid.x"), ""), e.tid, "");
+    LLVMValueRef p0 = LLVMBuildMul(b, t, ki64(g, g->items), "");
+    LLVMValueRef count = launch_word(&e, CG_PTX_L_COUNT);
+    LLVMBasicBlockRef work = block(&e, "work"), fast = block(&e, "fast"), slow = block(&e, "slow"),
+                      done = block(&e, "done");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, p0, count, ""), work, done);
+    LLVMPositionBuilderAtEnd(b, work);
+    LLVMValueRef flag = LLVMBuildAnd(b, launch_word(&e, CG_PTX_L_FLAGS), ki64(g, CG_PTX_FLAG_FAST), "");
+    LLVMValueRef whole = LLVMBuildICmp(b, LLVMIntULE, LLVMBuildAdd(b, p0, ki64(g, g->items), ""), count, "");
+    /* every item's indices, from one division chain (unused ones are dead code) */
+    LLVMValueRef idx[8][BURNC_MAX_RANK] = {{0}};
+    decompose(&e, p0, 0, g->e.k->rank, idx[0]);
+    for (int it = 1; it < g->items; it++) {
+        memcpy(idx[it], idx[it - 1], sizeof idx[it]);
+        step_index(&e, idx[it], g->e.k->rank);
+    }
+    LLVMBuildCondBr(b, LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntNE, flag, ki64(g, 0), ""), whole, ""), fast, slow);
+
+    LLVMPositionBuilderAtEnd(b, fast);
+    bool ok = ew_fast(&e, p0, idx);
+    LLVMBuildBr(b, done);
+
+    LLVMPositionBuilderAtEnd(b, slow);
+    for (int it = 0; it < g->items && ok; it++) {
+        LLVMValueRef p = LLVMBuildAdd(b, p0, ki64(g, it), "");
+        LLVMBasicBlockRef one = block(&e, "one"), next = block(&e, "next");
+        LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, p, count, ""), one, next);
+        LLVMPositionBuilderAtEnd(b, one);
+        rowc r;
+        row_at(&e, &r, idx[it]);
+        site s;
+        ok = site_begin(&e, &r, NULL, &s);
+        if (ok)
+            emit_stores(&s, ST_ALL);
+        free(s.val);
+        LLVMBuildBr(b, next);
+        LLVMPositionBuilderAtEnd(b, next);
+    }
+    LLVMBuildBr(b, done);
+    LLVMPositionBuilderAtEnd(b, done);
+    ent_end(&e);
+    return ok;
+}
+
+/* ---- Reductions --------------------------------------------------------------------------- */
+
+/* shfl.sync.bfly of any value type, through 32-bit pieces. */
+static LLVMValueRef shfl_xor(gen *g, LLVMValueRef v, int mask)
+{
+    LLVMBuilderRef b = g->e.b;
+    LLVMTypeRef t = LLVMTypeOf(v);
+    LLVMValueRef a[4] = {LLVMConstInt(g->e.t_i32, 0xffffffffu, 0), NULL, ki32(g, mask), ki32(g, 0x1f)};
+    if (t == g->e.t_f32) {
+        a[1] = v;
+        return cg_call_intrinsic(&g->e, "llvm.nvvm.shfl.sync.bfly.f32", NULL, 0, a, 4);
+    }
+    if (t == g->e.t_i32) {
+        a[1] = v;
+        return cg_call_intrinsic(&g->e, "llvm.nvvm.shfl.sync.bfly.i32", NULL, 0, a, 4);
+    }
+    if (t == g->e.t_i1 || t == g->e.t_i8) {
+        a[1] = LLVMBuildZExt(b, v, g->e.t_i32, "");
+        return LLVMBuildTrunc(b, cg_call_intrinsic(&g->e, "llvm.nvvm.shfl.sync.bfly.i32", NULL, 0, a, 4), t, "");
+    }
+    LLVMValueRef x = t == g->e.t_f64 ? LLVMBuildBitCast(b, v, g->e.t_i64, "") : v;
+    a[1] = LLVMBuildTrunc(b, x, g->e.t_i32, "");
+    LLVMValueRef lo = cg_call_intrinsic(&g->e, "llvm.nvvm.shfl.sync.bfly.i32", NULL, 0, a, 4);
+    a[1] = LLVMBuildTrunc(b, LLVMBuildLShr(b, x, ki64(g, 32), ""), g->e.t_i32, "");
+    LLVMValueRef hi = cg_call_intrinsic(&g->e, "llvm.nvvm.shfl.sync.bfly.i32", NULL, 0, a, 4);
+    LLVMValueRef r = LLVMBuildOr(b, LLVMBuildZExt(b, lo, g->e.t_i64, ""),
+                                 LLVMBuildShl(b, LLVMBuildZExt(b, hi, g->e.t_i64, ""), ki64(g, 32), ""), "");
+    return t == g->e.t_f64 ? LLVMBuildBitCast(b, r, g->e.t_f64, "") : r;
+}
+
+/* kernel.h's pairwise tree over the 32 lanes of a warp, as 5 butterflies: at step m, lanes l
+ * and l ^ m both combine (lower lane's value, upper lane's value), so every lane ends with the
+ * tree's result (lane 0's is the tree of kernel.h, bitwise). */
+static void warp_tree(ent *e, int comb, int t, LLVMValueRef *v, LLVMValueRef *p)
+{
+    gen *g = e->g;
+    LLVMBuilderRef b = g->e.b;
+    bool arg = is_arg_comb(comb);
+    for (int m = 1; m < W; m *= 2) {
+        LLVMValueRef ov = shfl_xor(g, *v, m), op = arg ? shfl_xor(g, *p, m) : NULL;
+        LLVMValueRef low = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildAnd(b, e->lane, ki64(g, m), ""), ki64(g, 0), "");
+        LLVMValueRef lv = LLVMBuildSelect(b, low, *v, ov, ""), rv = LLVMBuildSelect(b, low, ov, *v, "");
+        LLVMValueRef lp = arg ? LLVMBuildSelect(b, low, *p, op, "") : NULL;
+        LLVMValueRef rp = arg ? LLVMBuildSelect(b, low, op, *p, "") : NULL;
+        cg_combine(&g->e, comb, t, lv, lp, rv, rp, v, p);
+    }
+}
+
+/* A counted loop over i = from, from + step, ... < end with its counter in an alloca; returns
+ * the counter's value in the body. loop_end closes it. */
+typedef struct loop {
+    LLVMValueRef var, i;
+    LLVMValueRef step;
+    LLVMBasicBlockRef head, out;
+} loop;
+
+static void loop_begin(ent *e, loop *l, LLVMValueRef from, LLVMValueRef step, LLVMValueRef end)
+{
+    gen *g = e->g;
+    l->var = entry_alloca(e, g->e.t_i64);
+    l->step = step;
+    LLVMBuildStore(g->e.b, from, l->var);
+    l->head = block(e, "loop");
+    LLVMBasicBlockRef body = block(e, "loop_body");
+    l->out = block(e, "loop_out");
+    LLVMBuildBr(g->e.b, l->head);
+    LLVMPositionBuilderAtEnd(g->e.b, l->head);
+    l->i = LLVMBuildLoad2(g->e.b, g->e.t_i64, l->var, "");
+    LLVMBuildCondBr(g->e.b, LLVMBuildICmp(g->e.b, LLVMIntULT, l->i, end, ""), body, l->out);
+    LLVMPositionBuilderAtEnd(g->e.b, body);
+}
+
+static void loop_end(ent *e, loop *l)
+{
+    gen *g = e->g;
+    LLVMBuildStore(g->e.b, LLVMBuildAdd(g->e.b, l->i, l->step, ""), l->var);
+    LLVMBuildBr(g->e.b, l->head);
+    LLVMPositionBuilderAtEnd(g->e.b, l->out);
+}
+
+static LLVMValueRef umin64(gen *g, LLVMValueRef a, LLVMValueRef b)
+{
+    return LLVMBuildSelect(g->e.b, LLVMBuildICmp(g->e.b, LLVMIntULT, a, b, ""), a, b, "");
+}
+
+static int stage_type(const kir_kernel *k, int s) { return k->insts[k->stages[s].value].type; }
+
+/* The result of stage `st` over row positions [start, end) (at most one leaf) of row r, by the
+ * whole warp: lane l combines positions start + l, start + l + 32, ... in order from the
+ * identity, then the lane tree. Every lane gets the result. */
+static bool leaf_result(ent *e, rowc *r, int st, LLVMValueRef start, LLVMValueRef end, LLVMValueRef *v, LLVMValueRef *p)
+{
+    gen *g = e->g;
+    LLVMBuilderRef b = g->e.b;
+    int comb = g->e.k->stages[st].combiner, t = stage_type(g->e.k, st);
+    bool arg = is_arg_comb(comb);
+    LLVMValueRef acc = entry_alloca(e, cg_ty_of(&g->e, t)), accp = entry_alloca(e, g->e.t_i64);
+    LLVMBuildStore(b, cg_identity(&g->e, comb, t, 1), acc);
+    LLVMBuildStore(b, ki64(g, INT64_MAX), accp);
+    loop j;
+    loop_begin(e, &j, LLVMBuildAdd(b, start, e->lane, ""), ki64(g, W), end);
+    site s;
+    bool ok = site_begin(e, r, j.i, &s);
+    if (ok) {
+        LLVMValueRef x = ev(&s, g->e.k->stages[st].value), nv, np = NULL;
+        LLVMValueRef cv = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), acc, "");
+        LLVMValueRef cp = arg ? LLVMBuildLoad2(b, g->e.t_i64, accp, "") : NULL;
+        cg_combine(&g->e, comb, t, cv, cp, x, j.i, &nv, &np);
+        LLVMBuildStore(b, nv, acc);
+        if (arg)
+            LLVMBuildStore(b, np, accp);
+    }
+    free(s.val);
+    loop_end(e, &j);
+    *v = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), acc, "");
+    *p = LLVMBuildLoad2(b, g->e.t_i64, accp, "");
+    warp_tree(e, comb, t, v, p);
+    return ok;
+}
+
+/* A stage's result as KIR_REDUCED gives it: ARG stages their position (INT64_MAX, an empty
+ * row, is 0). */
+static LLVMValueRef stage_value(gen *g, int st, LLVMValueRef v, LLVMValueRef p)
+{
+    if (!is_arg_comb(g->e.k->stages[st].combiner))
+        return v;
+    LLVMValueRef none = LLVMBuildICmp(g->e.b, LLVMIntEQ, p, ki64(g, INT64_MAX), "");
+    return LLVMBuildSelect(g->e.b, none, ki64(g, 0), p, "");
+}
+
+/* The element stores of row r at positions first, first + step, ... < the row's length. */
+static bool elem_stores(ent *e, rowc *r, LLVMValueRef first, LLVMValueRef step)
+{
+    loop j;
+    loop_begin(e, &j, first, step, e->row_len);
+    site s;
+    bool ok = site_begin(e, r, j.i, &s);
+    if (ok)
+        emit_stores(&s, ST_ELEM);
+    free(s.val);
+    loop_end(e, &j);
+    return ok;
+}
+
+/* The row stores of row r, under `cond` (one thread of the row does them). */
+static bool row_stores(ent *e, rowc *r, LLVMValueRef cond)
+{
+    gen *g = e->g;
+    LLVMBasicBlockRef yes = block(e, "row_stores"), no = block(e, "row_done");
+    LLVMBuildCondBr(g->e.b, cond, yes, no);
+    LLVMPositionBuilderAtEnd(g->e.b, yes);
+    site s;
+    bool ok = site_begin(e, r, NULL, &s);
+    if (ok)
+        emit_stores(&s, ST_ROW);
+    free(s.val);
+    LLVMBuildBr(g->e.b, no);
+    LLVMPositionBuilderAtEnd(g->e.b, no);
+    return ok;
+}
+
+static bool has_elem_stores(const kir_kernel *k)
+{
+    for (int i = 0; i < k->n_stores; i++)
+        if (!k->stores[i].row)
+            return true;
+    return false;
+}
+
+/* Rows of at most one leaf: warp w of block c takes row c * rows_per_block + w. */
+static bool emit_rows_warp(gen *g)
+{
+    ent e;
+    ent_begin(g, &e, CG_PTX_ENTRY_ROWS_WARP);
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef warp = LLVMBuildLShr(b, e.tid, ki64(g, 5), "");
+    LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildMul(b, sreg(g, "ctaid.x"), ki64(g, g->rows_per_block), ""), warp, "");
+    LLVMBasicBlockRef work = block(&e, "work"), done = block(&e, "done");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, row, launch_word(&e, CG_PTX_L_COUNT), ""), work, done);
+    LLVMPositionBuilderAtEnd(b, work);
+    rowc r;
+    row_begin(&e, &r, row);
+    bool ok = true;
+    for (int st = 0; st < g->e.k->n_stages && ok; st++) {
+        LLVMValueRef v, p;
+        ok = leaf_result(&e, &r, st, ki64(g, 0), e.row_len, &v, &p);
+        r.reduced[st] = stage_value(g, st, v, p);
+    }
+    if (ok && has_elem_stores(g->e.k))
+        ok = elem_stores(&e, &r, e.lane, ki64(g, W));
+    if (ok)
+        ok = row_stores(&e, &r, LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), ""));
+    LLVMBuildBr(b, done);
+    LLVMPositionBuilderAtEnd(b, done);
+    ent_end(&e);
+    return ok;
+}
+
+/* ---- Records: (value, position) pairs in shared memory or scratch ------------------------ */
+
+static LLVMValueRef rec_at(gen *g, LLVMValueRef base, LLVMValueRef i, int half)
+{
+    LLVMValueRef ix = LLVMBuildAdd(g->e.b, LLVMBuildMul(g->e.b, i, ki64(g, 2), ""), ki64(g, half), "");
+    return LLVMBuildGEP2(g->e.b, g->e.t_i64, base, &ix, 1, "");
+}
+
+static void rec_store(gen *g, LLVMValueRef base, LLVMValueRef i, LLVMValueRef v, LLVMValueRef p)
+{
+    LLVMSetAlignment(LLVMBuildStore(g->e.b, v, rec_at(g, base, i, 0)), 8);
+    LLVMSetAlignment(LLVMBuildStore(g->e.b, p, rec_at(g, base, i, 1)), 8);
+}
+
+static void rec_load(gen *g, LLVMValueRef base, LLVMValueRef i, int t, LLVMValueRef *v, LLVMValueRef *p)
+{
+    *v = LLVMBuildLoad2(g->e.b, cg_ty_of(&g->e, t), rec_at(g, base, i, 0), "");
+    LLVMSetAlignment(*v, 8);
+    *p = LLVMBuildLoad2(g->e.b, g->e.t_i64, rec_at(g, base, i, 1), "");
+    LLVMSetAlignment(*p, 8);
+}
+
+static void barrier(gen *g) { cg_call_intrinsic(&g->e, "llvm.nvvm.barrier0", NULL, 0, NULL, 0); }
+
+/* Code under a condition: returns the block to continue in after `end_if`. */
+static LLVMBasicBlockRef if_begin(ent *e, LLVMValueRef cond, const char *name)
+{
+    LLVMBasicBlockRef yes = block(e, name), no = block(e, "endif");
+    LLVMBuildCondBr(e->g->e.b, cond, yes, no);
+    LLVMPositionBuilderAtEnd(e->g->e.b, yes);
+    return no;
+}
+
+static void if_end(ent *e, LLVMBasicBlockRef no)
+{
+    LLVMBuildBr(e->g->e.b, no);
+    LLVMPositionBuilderAtEnd(e->g->e.b, no);
+}
+
+/* Leaf `leaf` of row r for stage st (the identity past the last leaf: the warp-uniform
+ * branch keeps the shuffles converged). */
+static bool leaf_or_identity(ent *e, rowc *r, int st, LLVMValueRef leaf, LLVMValueRef n_leaves, LLVMValueRef *v,
+                             LLVMValueRef *p)
+{
+    gen *g = e->g;
+    LLVMBuilderRef b = g->e.b;
+    int comb = g->e.k->stages[st].combiner, t = stage_type(g->e.k, st);
+    LLVMValueRef av = entry_alloca(e, cg_ty_of(&g->e, t)), ap = entry_alloca(e, g->e.t_i64);
+    LLVMBuildStore(b, cg_identity(&g->e, comb, t, 1), av);
+    LLVMBuildStore(b, ki64(g, INT64_MAX), ap);
+    LLVMBasicBlockRef cont = if_begin(e, LLVMBuildICmp(b, LLVMIntULT, leaf, n_leaves, ""), "leaf");
+    LLVMValueRef start = LLVMBuildShl(b, leaf, ki64(g, LEAF_SHIFT), "");
+    LLVMValueRef end = umin64(g, e->row_len, LLVMBuildAdd(b, start, ki64(g, KIR_LEAF), ""));
+    LLVMValueRef lv, lp;
+    bool ok = leaf_result(e, r, st, start, end, &lv, &lp);
+    LLVMBuildStore(b, lv, av);
+    LLVMBuildStore(b, lp, ap);
+    if_end(e, cont);
+    *v = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), av, "");
+    *p = LLVMBuildLoad2(b, g->e.t_i64, ap, "");
+    return ok;
+}
+
+/* Pushes chunk c's result onto the binary-counter stack: while bit l of c is set, the pending
+ * left subtree at level l takes it as its right half. Together with stack_fold this is
+ * kernel.h's pairwise tree over the chunks. (Thread 0 only.) */
+static void stack_push(ent *e, int st, LLVMValueRef c, LLVMValueRef v, LLVMValueRef p)
+{
+    gen *g = e->g;
+    LLVMBuilderRef b = g->e.b;
+    int comb = g->e.k->stages[st].combiner, t = stage_type(g->e.k, st);
+    LLVMValueRef av = entry_alloca(e, cg_ty_of(&g->e, t)), ap = entry_alloca(e, g->e.t_i64),
+                 al = entry_alloca(e, g->e.t_i64);
+    LLVMBuildStore(b, v, av);
+    LLVMBuildStore(b, p, ap);
+    LLVMBuildStore(b, ki64(g, 0), al);
+    LLVMBasicBlockRef head = block(e, "push"), body = block(e, "push_body"), out = block(e, "push_out");
+    LLVMBuildBr(b, head);
+    LLVMPositionBuilderAtEnd(b, head);
+    LLVMValueRef l = LLVMBuildLoad2(b, g->e.t_i64, al, "");
+    LLVMValueRef bit = LLVMBuildAnd(b, LLVMBuildLShr(b, c, l, ""), ki64(g, 1), "");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntNE, bit, ki64(g, 0), ""), body, out);
+    LLVMPositionBuilderAtEnd(b, body);
+    LLVMValueRef sv, sp, nv, np = NULL;
+    rec_load(g, g->sh_stack, l, t, &sv, &sp);
+    cg_combine(&g->e, comb, t, sv, sp, LLVMBuildLoad2(b, cg_ty_of(&g->e, t), av, ""),
+               LLVMBuildLoad2(b, g->e.t_i64, ap, ""), &nv, &np);
+    LLVMBuildStore(b, nv, av);
+    if (np)
+        LLVMBuildStore(b, np, ap);
+    LLVMBuildStore(b, LLVMBuildAdd(b, l, ki64(g, 1), ""), al);
+    LLVMBuildBr(b, head);
+    LLVMPositionBuilderAtEnd(b, out);
+    rec_store(g, g->sh_stack, l, LLVMBuildLoad2(b, cg_ty_of(&g->e, t), av, ""), LLVMBuildLoad2(b, g->e.t_i64, ap, ""));
+}
+
+/* The row's result from the stack after n_chunks pushes: the pending subtrees from the
+ * smallest up, each taking what is right of it as its right half (an odd subtree is carried
+ * up unchanged, as kernel.h says). The identity for no chunks. (Thread 0 only.) */
+static void stack_fold(ent *e, int st, LLVMValueRef n_chunks, LLVMValueRef *v, LLVMValueRef *p)
+{
+    gen *g = e->g;
+    LLVMBuilderRef b = g->e.b;
+    int comb = g->e.k->stages[st].combiner, t = stage_type(g->e.k, st);
+    LLVMValueRef av = entry_alloca(e, cg_ty_of(&g->e, t)), ap = entry_alloca(e, g->e.t_i64),
+                 have = entry_alloca(e, g->e.t_i1);
+    LLVMBuildStore(b, cg_identity(&g->e, comb, t, 1), av);
+    LLVMBuildStore(b, ki64(g, INT64_MAX), ap);
+    LLVMBuildStore(b, LLVMConstInt(g->e.t_i1, 0, 0), have);
+    loop l;
+    loop_begin(e, &l, ki64(g, 0), ki64(g, 1), ki64(g, STACK_DEPTH));
+    LLVMValueRef bit = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, LLVMBuildLShr(b, n_chunks, l.i, ""), ki64(g, 1), ""),
+                                     ki64(g, 0), "");
+    LLVMValueRef sv, sp, cv, cp = NULL;
+    rec_load(g, g->sh_stack, l.i, t, &sv, &sp);
+    LLVMValueRef acc = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), av, ""), accp = LLVMBuildLoad2(b, g->e.t_i64, ap, "");
+    LLVMValueRef h = LLVMBuildLoad2(b, g->e.t_i1, have, "");
+    cg_combine(&g->e, comb, t, sv, sp, acc, accp, &cv, &cp);
+    LLVMValueRef nv = LLVMBuildSelect(b, h, cv, sv, ""), np = cp ? LLVMBuildSelect(b, h, cp, sp, "") : sp;
+    LLVMBuildStore(b, LLVMBuildSelect(b, bit, nv, acc, ""), av);
+    LLVMBuildStore(b, LLVMBuildSelect(b, bit, np, accp, ""), ap);
+    LLVMBuildStore(b, LLVMBuildOr(b, h, bit, ""), have);
+    loop_end(e, &l);
+    *v = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), av, "");
+    *p = LLVMBuildLoad2(b, g->e.t_i64, ap, "");
+}
+
+/* Longer rows: block c takes row c; per stage, rounds of 32 leaves (warps take whole leaves,
+ * lane 0 writes the leaf record to shared memory), warp 0 reduces the round with the lane
+ * tree, thread 0 stacks the round's result; the stage result goes through shared memory. */
+static bool emit_rows_block(gen *g)
+{
+    ent e;
+    ent_begin(g, &e, CG_PTX_ENTRY_ROWS_BLOCK);
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef row = sreg(g, "ctaid.x");
+    LLVMBasicBlockRef work = block(&e, "work"), done = block(&e, "done");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, row, launch_word(&e, CG_PTX_L_COUNT), ""), work, done);
+    LLVMPositionBuilderAtEnd(b, work);
+    LLVMValueRef warp = LLVMBuildLShr(b, e.tid, ki64(g, 5), ""),
+                 n_warps = LLVMBuildLShr(b, sreg(g, "ntid.x"), ki64(g, 5), "");
+    LLVMValueRef n_leaves =
+        LLVMBuildLShr(b, LLVMBuildAdd(b, e.row_len, ki64(g, KIR_LEAF - 1), ""), ki64(g, LEAF_SHIFT), "");
+    LLVMValueRef n_chunks = LLVMBuildLShr(b, LLVMBuildAdd(b, n_leaves, ki64(g, W - 1), ""), ki64(g, 5), "");
+    LLVMValueRef lane0 = LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), "");
+    LLVMValueRef thread0 = LLVMBuildICmp(b, LLVMIntEQ, e.tid, ki64(g, 0), "");
+    rowc r;
+    row_begin(&e, &r, row);
+    bool ok = true;
+    for (int st = 0; st < g->e.k->n_stages && ok; st++) {
+        int t = stage_type(g->e.k, st), comb = g->e.k->stages[st].combiner;
+        loop c;
+        loop_begin(&e, &c, ki64(g, 0), ki64(g, 1), n_chunks);
+        loop li;
+        loop_begin(&e, &li, warp, n_warps, ki64(g, W));
+        LLVMValueRef leaf = LLVMBuildAdd(b, LLVMBuildShl(b, c.i, ki64(g, 5), ""), li.i, "");
+        LLVMValueRef v, p;
+        ok = leaf_or_identity(&e, &r, st, leaf, n_leaves, &v, &p) && ok;
+        LLVMBasicBlockRef cont = if_begin(&e, lane0, "leaf_rec");
+        rec_store(g, g->sh_leaf, li.i, v, p);
+        if_end(&e, cont);
+        loop_end(&e, &li);
+        barrier(g);
+        cont = if_begin(&e, LLVMBuildICmp(b, LLVMIntEQ, warp, ki64(g, 0), ""), "round");
+        rec_load(g, g->sh_leaf, e.lane, t, &v, &p);
+        warp_tree(&e, comb, t, &v, &p);
+        LLVMBasicBlockRef cont2 = if_begin(&e, lane0, "push");
+        stack_push(&e, st, c.i, v, p);
+        if_end(&e, cont2);
+        if_end(&e, cont);
+        barrier(g);
+        loop_end(&e, &c);
+        cont = if_begin(&e, thread0, "fold");
+        stack_fold(&e, st, n_chunks, &v, &p);
+        rec_store(g, g->sh_res, ki64(g, 0), v, p);
+        if_end(&e, cont);
+        barrier(g);
+        rec_load(g, g->sh_res, ki64(g, 0), t, &v, &p);
+        r.reduced[st] = stage_value(g, st, v, p);
+        barrier(g); /* everyone has read sh_res before a later stage rewrites it */
+    }
+    if (ok && has_elem_stores(g->e.k))
+        ok = elem_stores(&e, &r, e.tid, sreg(g, "ntid.x"));
+    if (ok)
+        ok = row_stores(&e, &r, thread0);
+    LLVMBuildBr(b, done);
+    LLVMPositionBuilderAtEnd(b, done);
+    ent_end(&e);
+    return ok;
+}
+
+/* ---- Few long rows: leaves, tree passes, finish ------------------------------------------ */
+
+static LLVMValueRef global_warp(ent *e)
+{
+    gen *g = e->g;
+    LLVMValueRef t = LLVMBuildAdd(g->e.b, LLVMBuildMul(g->e.b, sreg(g, "ctaid.x"), sreg(g, "ntid.x"), ""), e->tid, "");
+    return LLVMBuildLShr(g->e.b, t, ki64(g, 5), "");
+}
+
+static LLVMValueRef scratch(ent *e, int w) { return LLVMBuildIntToPtr(e->g->e.b, launch_word(e, w), e->g->t_gptr, ""); }
+
+/* Warp gw computes leaf gw % L of row gw / L into record gw of DST. */
+static bool emit_leaves(gen *g)
+{
+    ent e;
+    ent_begin(g, &e, CG_PTX_ENTRY_LEAVES);
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef gw = global_warp(&e), n_leaves = launch_word(&e, CG_PTX_L_LEAVES);
+    LLVMValueRef total = LLVMBuildMul(b, launch_word(&e, CG_PTX_L_COUNT), n_leaves, "");
+    LLVMBasicBlockRef cont = if_begin(&e, LLVMBuildICmp(b, LLVMIntULT, gw, total, ""), "work");
+    LLVMValueRef row = LLVMBuildUDiv(b, gw, n_leaves, "");
+    LLVMValueRef leaf = LLVMBuildSub(b, gw, LLVMBuildMul(b, row, n_leaves, ""), "");
+    rowc r;
+    row_begin(&e, &r, row);
+    LLVMValueRef start = LLVMBuildShl(b, leaf, ki64(g, LEAF_SHIFT), "");
+    LLVMValueRef end = umin64(g, e.row_len, LLVMBuildAdd(b, start, ki64(g, KIR_LEAF), ""));
+    LLVMValueRef v, p;
+    bool ok = leaf_result(&e, &r, 0, start, end, &v, &p);
+    LLVMBasicBlockRef c2 = if_begin(&e, LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), ""), "rec");
+    rec_store(g, scratch(&e, CG_PTX_L_DST), gw, v, p);
+    if_end(&e, c2);
+    if_end(&e, cont);
+    ent_end(&e);
+    return ok;
+}
+
+/* Warp gw reduces chunk gw % DST_N (32 records, the identity past SRC_N) of row gw / DST_N
+ * with the lane tree: records of aligned chunks of 2^5 leaves, so repeated passes give the
+ * tree over all leaves (kernel.h: padding equals carrying). */
+static bool emit_tree(gen *g)
+{
+    ent e;
+    ent_begin(g, &e, CG_PTX_ENTRY_TREE);
+    LLVMBuilderRef b = g->e.b;
+    int comb = g->e.k->stages[0].combiner, t = stage_type(g->e.k, 0);
+    LLVMValueRef gw = global_warp(&e), m = launch_word(&e, CG_PTX_L_SRC_N), m2 = launch_word(&e, CG_PTX_L_DST_N);
+    LLVMValueRef total = LLVMBuildMul(b, launch_word(&e, CG_PTX_L_COUNT), m2, "");
+    LLVMBasicBlockRef cont = if_begin(&e, LLVMBuildICmp(b, LLVMIntULT, gw, total, ""), "work");
+    LLVMValueRef row = LLVMBuildUDiv(b, gw, m2, "");
+    LLVMValueRef c = LLVMBuildSub(b, gw, LLVMBuildMul(b, row, m2, ""), "");
+    LLVMValueRef i = LLVMBuildAdd(b, LLVMBuildShl(b, c, ki64(g, 5), ""), e.lane, "");
+    LLVMValueRef in = LLVMBuildICmp(b, LLVMIntULT, i, m, "");
+    LLVMValueRef at = LLVMBuildAdd(b, LLVMBuildMul(b, row, m, ""), LLVMBuildSelect(b, in, i, ki64(g, 0), ""), "");
+    LLVMValueRef v, p;
+    rec_load(g, scratch(&e, CG_PTX_L_SRC), at, t, &v, &p);
+    v = LLVMBuildSelect(b, in, v, cg_identity(&g->e, comb, t, 1), "");
+    p = LLVMBuildSelect(b, in, p, ki64(g, INT64_MAX), "");
+    warp_tree(&e, comb, t, &v, &p);
+    LLVMBasicBlockRef c2 = if_begin(&e, LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), ""), "rec");
+    rec_store(g, scratch(&e, CG_PTX_L_DST), gw, v, p);
+    if_end(&e, c2);
+    if_end(&e, cont);
+    ent_end(&e);
+    return true;
+}
+
+/* Thread t does the row stores of row t from record t of SRC. */
+static bool emit_finish(gen *g)
+{
+    ent e;
+    ent_begin(g, &e, CG_PTX_ENTRY_FINISH);
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildMul(b, sreg(g, "ctaid.x"), sreg(g, "ntid.x"), ""), e.tid, "");
+    LLVMBasicBlockRef cont =
+        if_begin(&e, LLVMBuildICmp(b, LLVMIntULT, row, launch_word(&e, CG_PTX_L_COUNT), ""), "work");
+    rowc r;
+    row_begin(&e, &r, row);
+    LLVMValueRef v, p;
+    rec_load(g, scratch(&e, CG_PTX_L_SRC), row, stage_type(g->e.k, 0), &v, &p);
+    r.reduced[0] = stage_value(g, 0, v, p);
+    bool ok = row_stores(&e, &r, LLVMConstInt(g->e.t_i1, 1, 0));
+    if_end(&e, cont);
+    ent_end(&e);
+    return ok;
+}
+
+/* ---- The module --------------------------------------------------------------------------- */
+
+static LLVMValueRef shared_array(gen *g, const char *name, unsigned words)
+{
+    LLVMTypeRef t = LLVMArrayType2(g->e.t_i64, words);
+    LLVMValueRef v = LLVMAddGlobalInAddressSpace(g->e.mod, t, name, 3);
+    LLVMSetLinkage(v, LLVMInternalLinkage);
+    LLVMSetInitializer(v, LLVMGetUndef(t));
+    LLVMSetAlignment(v, 16);
+    return v;
+}
+
+static bool build_module(gen *g)
+{
+    if (cg_ptx_is_elementwise(g->e.k))
+        return emit_ew(g);
+    g->sh_leaf = shared_array(g, "burnc_sh_leaf", 2 * W);
+    g->sh_stack = shared_array(g, "burnc_sh_stack", 2 * STACK_DEPTH);
+    g->sh_res = shared_array(g, "burnc_sh_res", 2);
+    if (!emit_rows_warp(g) || !emit_rows_block(g))
+        return false;
+    if (cg_ptx_has_multipass(g->e.k))
+        return emit_leaves(g) && emit_tree(g) && emit_finish(g);
+    return true;
+}
+
+static void gen_types(gen *g)
+{
+    LLVMContextRef c = g->e.ctx;
+    cg_emit_types(&g->e);
+    g->t_gptr = LLVMPointerTypeInContext(c, 1);
+    g->md_invariant = LLVMGetMDKindIDInContext(c, "invariant.load", 14);
+}
+
+static pthread_once_t nvptx_once = PTHREAD_ONCE_INIT;
+static void nvptx_init(void)
+{
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+}
+
+/* The newest target LLVM 19 knows at or below sm: a newer GPU JITs older PTX (the driver
+ * compiles compute_90 PTX for sm_100). */
+static int llvm_sm(int sm)
+{
+    static const int known[] = {90, 89, 87, 86, 80, 75, 72, 70};
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+        if (sm >= known[i])
+            return known[i];
+    return 0;
+}
+
+static LLVMTargetMachineRef ptx_tm(int sm, char *err, size_t cap)
+{
+    pthread_once(&nvptx_once, nvptx_init);
+    LLVMTargetRef target;
+    char *msg = NULL;
+    if (LLVMGetTargetFromTriple("nvptx64-nvidia-cuda", &target, &msg)) {
+        cg_failf(err, cap, "compile_ptx: no NVPTX target in this LLVM: %s", msg ? msg : "");
+        LLVMDisposeMessage(msg);
+        return NULL;
+    }
+    char cpu[16];
+    snprintf(cpu, sizeof cpu, "sm_%d", llvm_sm(sm));
+    /* the C API's default options: FP contraction off outside llvm.fma, IEEE division and
+     * square root, denormals kept (no .ftz) */
+    return LLVMCreateTargetMachine(target, "nvptx64-nvidia-cuda", cpu, "+ptx85", LLVMCodeGenLevelAggressive,
+                                   LLVMRelocDefault, LLVMCodeModelDefault);
+}
+
+static bool ptx_options(const kir_kernel *k, const cg_ptx_options *opt, gen *g, char *err, size_t cap)
+{
+    if (!opt)
+        return cg_failf(err, cap, "compile_ptx %s: no options (the compute capability is required)", k->name);
+    if (opt->sm < 70)
+        return cg_failf(err, cap, "compile_ptx %s: compute capability %d.%d is below 7.0, the oldest supported",
+                        k->name, opt->sm / 10, opt->sm % 10);
+    if (opt->block && (opt->block < 64 || opt->block > 1024 || opt->block % 32))
+        return cg_failf(err, cap, "compile_ptx %s: block %d is not a multiple of 32 in [64, 1024]", k->name,
+                        opt->block);
+    if (opt->items && opt->items != 1 && opt->items != 2 && opt->items != 4 && opt->items != 8)
+        return cg_failf(err, cap, "compile_ptx %s: items %d is not 1, 2, 4 or 8", k->name, opt->items);
+    if (opt->rows_per_block && (opt->rows_per_block < 1 || opt->rows_per_block > 32))
+        return cg_failf(err, cap, "compile_ptx %s: rows_per_block %d is not in [1, 32]", k->name, opt->rows_per_block);
+    g->items = opt->items ? opt->items : CG_PTX_DEFAULT_ITEMS;
+    g->rows_per_block = opt->rows_per_block ? opt->rows_per_block : CG_PTX_DEFAULT_ROWS_PER_BLOCK;
+    g->lay = cg_ptx_params_layout(k);
+    if (g->lay.n_words > CG_PTX_MAX_PARAM_WORDS)
+        return cg_failf(err, cap, "compile_ptx %s: %d parameter words, more than %d", k->name, g->lay.n_words,
+                        CG_PTX_MAX_PARAM_WORDS);
+    for (int o = 0; o < k->n_outputs; o++)
+        if (k->in_place[o] > k->n_inputs)
+            return cg_failf(err, cap, "compile_ptx %s: output %d overwrites input %d of %d", k->name, o,
+                            k->in_place[o] - 1, k->n_inputs);
+        else if (k->in_place[o])
+            g->writable_input[k->in_place[o] - 1] = true;
+    return true;
+}
+
+bool cg_llvm_compile_ptx(const kir_kernel *k, const cg_ptx_options *opt, char **ptx, size_t *ptx_size, char *err,
+                         size_t cap);
+bool cg_llvm_compile_ptx(const kir_kernel *k, const cg_ptx_options *opt, char **ptx, size_t *ptx_size, char *err,
+                         size_t cap)
+{
+    if (ptx)
+        *ptx = NULL;
+    if (ptx_size)
+        *ptx_size = 0;
+    if (!ptx)
+        return cg_failf(err, cap, "compile_ptx: no output");
+    if (!cg_check_kernel(k, "compile_ptx", err, cap))
+        return false;
+    gen g = {.e = {.k = k}};
+    if (!ptx_options(k, opt, &g, err, cap))
+        return false;
+    LLVMTargetMachineRef tm = ptx_tm(opt->sm, err, cap);
+    if (!tm)
+        return false;
+    g.e.ctx = LLVMContextCreate();
+    g.e.mod = LLVMModuleCreateWithNameInContext(k->name[0] ? k->name : "burnc_kernel", g.e.ctx);
+    g.e.b = LLVMCreateBuilderInContext(g.e.ctx);
+    gen_types(&g);
+    LLVMSetTarget(g.e.mod, "nvptx64-nvidia-cuda");
+    LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
+    LLVMSetModuleDataLayout(g.e.mod, layout);
+    LLVMDisposeTargetData(layout);
+    bool ok = build_module(&g);
+    if (!ok)
+        cg_failf(err, cap, "compile_ptx %s: out of memory while building the IR", k->name);
+    char *msg = NULL;
+    if (ok && LLVMVerifyModule(g.e.mod, LLVMReturnStatusAction, &msg)) {
+        ok = cg_failf(err, cap, "compile_ptx %s: invalid IR: %s", k->name, msg ? msg : "");
+    }
+    LLVMDisposeMessage(msg);
+    msg = NULL;
+    if (ok) {
+        LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
+        LLVMErrorRef e = LLVMRunPasses(g.e.mod, "default<O3>", tm, po);
+        LLVMDisposePassBuilderOptions(po);
+        if (e) {
+            char *m = LLVMGetErrorMessage(e);
+            ok = cg_failf(err, cap, "compile_ptx %s: default<O3>: %s", k->name, m);
+            LLVMDisposeErrorMessage(m);
+        }
+    }
+    LLVMMemoryBufferRef buf = NULL;
+    if (ok && LLVMTargetMachineEmitToMemoryBuffer(tm, g.e.mod, LLVMAssemblyFile, &msg, &buf)) {
+        ok = cg_failf(err, cap, "compile_ptx %s: PTX emission failed: %s", k->name, msg ? msg : "");
+        buf = NULL;
+    }
+    LLVMDisposeMessage(msg);
+    LLVMDisposeBuilder(g.e.b);
+    LLVMDisposeModule(g.e.mod);
+    LLVMContextDispose(g.e.ctx);
+    LLVMDisposeTargetMachine(tm);
+    if (!ok)
+        return false;
+    size_t n = LLVMGetBufferSize(buf);
+    *ptx = malloc(n + 1);
+    if (!*ptx) {
+        LLVMDisposeMemoryBuffer(buf);
+        return cg_failf(err, cap, "compile_ptx %s: no memory for %zu bytes of PTX", k->name, n);
+    }
+    memcpy(*ptx, LLVMGetBufferStart(buf), n);
+    (*ptx)[n] = '\0';
+    while (n > 0 && (*ptx)[n - 1] == '\0') /* the buffer may count a terminator */
+        n--;
+    if (ptx_size)
+        *ptx_size = n;
+    LLVMDisposeMemoryBuffer(buf);
+    return true;
+}

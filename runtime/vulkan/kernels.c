@@ -1,0 +1,419 @@
+/* Vulkan kernels: kernel IR -> GLSL -> SPIR-V (disk-cached by a key of the GLSL text and the
+ * device) -> compute pipelines (through a VkPipelineCache kept in the cache directory), their
+ * launches, and opaque records run on the host with the reference kernels. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kcache.h"
+#include "vk.h"
+
+/* ---- Layouts by signature ---- */
+
+static burnc_status_t layouts_for(vk_device *vd, int n)
+{
+    if (vd->pipe_layout[n])
+        return BURNC_OK;
+    VkDescriptorSetLayoutBinding b[VK_MAX_BINDINGS];
+    for (int i = 0; i < n; i++)
+        b[i] = (VkDescriptorSetLayoutBinding){.binding = (uint32_t)i, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                              .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
+    VkDescriptorSetLayoutCreateInfo li = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+                                          .bindingCount = (uint32_t)n, .pBindings = b};
+    VkResult r = vd->api.vkCreateDescriptorSetLayout(vd->dev, &li, NULL, &vd->set_layout[n]);
+    if (r != VK_SUCCESS)
+        return vk_fail(r, BURNC_ERR_COMPILE, "vkCreateDescriptorSetLayout of %d bindings", n);
+    VkPipelineLayoutCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
+                                     .pSetLayouts = &vd->set_layout[n]};
+    r = vd->api.vkCreatePipelineLayout(vd->dev, &pi, NULL, &vd->pipe_layout[n]);
+    if (r != VK_SUCCESS)
+        return vk_fail(r, BURNC_ERR_COMPILE, "vkCreatePipelineLayout of %d bindings", n);
+    return BURNC_OK;
+}
+
+/* ---- The pipeline cache file ---- */
+
+static char *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *data = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n > 0 && n < (1l << 30) && fseek(f, 0, SEEK_SET) == 0 && (data = malloc((size_t)n)) &&
+        fread(data, 1, (size_t)n, f) != (size_t)n) {
+        free(data);
+        data = NULL;
+    }
+    fclose(f);
+    *size = data ? (size_t)n : 0;
+    return data;
+}
+
+/* <cache dir>/vulkan/<fingerprint hash>.pipelines, in a directory burnc trusts; NULL if none. */
+static char *pipeline_cache_path(const vk_device *vd)
+{
+    char why[256];
+    char *dir = kc_cache_dir(why, sizeof why);
+    char *sub = dir ? kc_path_join(dir, "vulkan") : NULL;
+    bool writable;
+    char *path = NULL;
+    if (sub && kc_make_dirs(sub) && kc_dir_trusted(sub, &writable, why, sizeof why)) {
+        char name[64];
+        snprintf(name, sizeof name, "%016llx.pipelines",
+                 (unsigned long long)kc_hash(vd->fingerprint, strlen(vd->fingerprint), 0));
+        path = kc_path_join(sub, name);
+    } else {
+        rt_log("runtime", "vulkan: no pipeline cache file: %s", why);
+    }
+    free(sub);
+    free(dir);
+    return path;
+}
+
+/* The driver checks the header (vendor, device, cache UUID) and ignores foreign data. */
+burnc_status_t vk_kernels_init(rt_device *dev)
+{
+    vk_device *vd = vk_dev(dev);
+    vd->pipe_cache_path = pipeline_cache_path(vd);
+    size_t size = 0;
+    char *data = vd->pipe_cache_path ? read_file(vd->pipe_cache_path, &size) : NULL;
+    VkPipelineCacheCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO, .initialDataSize = size,
+                                    .pInitialData = data};
+    VkResult r = vd->api.vkCreatePipelineCache(vd->dev, &ci, NULL, &vd->pipe_cache);
+    if (r != VK_SUCCESS && data) {
+        ci.initialDataSize = 0;
+        ci.pInitialData = NULL;
+        r = vd->api.vkCreatePipelineCache(vd->dev, &ci, NULL, &vd->pipe_cache);
+        size = 0;
+    }
+    free(data);
+    if (r != VK_SUCCESS)
+        return vk_fail(r, BURNC_ERR_UNAVAILABLE, "vkCreatePipelineCache");
+    vd->pipe_cache_loaded = size > 0;
+    rt_log("codegen", "%s: pipeline cache %s (%zu bytes)", dev->spec,
+           vd->pipe_cache_path ? vd->pipe_cache_path : "(none)", size);
+    return BURNC_OK;
+}
+
+void vk_save_pipeline_cache(vk_device *vd)
+{
+    vd->saved_pipelines = vd->pipelines;
+    size_t size = 0;
+    if (!vd->pipe_cache_path || vd->api.vkGetPipelineCacheData(vd->dev, vd->pipe_cache, &size, NULL) != VK_SUCCESS ||
+        !size)
+        return;
+    char *data = malloc(size);
+    char *tmp = malloc(strlen(vd->pipe_cache_path) + 32);
+    if (data && tmp && vd->api.vkGetPipelineCacheData(vd->dev, vd->pipe_cache, &size, data) == VK_SUCCESS) {
+        /* write then rename: another process reads a whole file or none */
+        sprintf(tmp, "%s.%ld.tmp", vd->pipe_cache_path, (long)getpid());
+        FILE *f = fopen(tmp, "wb");
+        bool ok = f && fwrite(data, 1, size, f) == size;
+        if (f && fclose(f) != 0)
+            ok = false;
+        if (!ok || rename(tmp, vd->pipe_cache_path) != 0) {
+            rt_log("codegen", "vulkan: cannot write %s", vd->pipe_cache_path);
+            remove(tmp);
+        }
+    }
+    free(tmp);
+    free(data);
+}
+
+void vk_kernels_free(rt_device *dev)
+{
+    vk_device *vd = vk_dev(dev);
+    if (vd->pipe_cache) {
+        vk_save_pipeline_cache(vd);
+        vd->api.vkDestroyPipelineCache(vd->dev, vd->pipe_cache, NULL);
+    }
+    for (rt_kernel *k = vd->kernels, *next; k; k = next) {
+        next = k->next;
+        vd->api.vkDestroyPipeline(vd->dev, k->pipeline, NULL);
+        kir_free(&k->ir);
+        free(k);
+    }
+    vd->kernels = NULL;
+    for (int n = 0; n <= VK_MAX_BINDINGS; n++) {
+        if (vd->pipe_layout[n])
+            vd->api.vkDestroyPipelineLayout(vd->dev, vd->pipe_layout[n], NULL);
+        if (vd->set_layout[n])
+            vd->api.vkDestroyDescriptorSetLayout(vd->dev, vd->set_layout[n], NULL);
+    }
+    if (vd->disk)
+        kc_close(vd->disk);
+    free(vd->pipe_cache_path);
+}
+
+/* ---- Compiling ---- */
+
+static void dump(const kir_kernel *k, uint64_t key, const char *glsl)
+{
+    const char *dir = getenv("BURNC_DUMP_DIR");
+    if (!dir || !*dir)
+        return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s-%016llx.comp", dir, k->name, (unsigned long long)key);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(glsl, f);
+        fclose(f);
+    }
+}
+
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) * 1e-6;
+}
+
+/* SPIR-V for the GLSL: the disk cache, else glslang (then stored). Called with vd->lock held.
+ * Logs as the cpu device does ("disk hit", "miss, compiled"): tests count kernels built. */
+static burnc_status_t spirv_for(vk_device *vd, const kir_kernel *k, const char *glsl, uint32_t **words, size_t *n)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t key = kc_key(kc_hash(glsl, strlen(glsl), 0), vd->fingerprint, cg_glsl_compiler());
+    if (!vd->disk_tried) {
+        vd->disk_tried = true;
+        vd->disk = kc_open(NULL, NULL, 0);
+    }
+    void *data;
+    size_t size;
+    if (vd->disk && kc_get(vd->disk, key, &data, &size)) {
+        if (size % 4 == 0 && size > 0) {
+            *words = data;
+            *n = size / 4;
+            rt_log("codegen", "%s %016llx: disk hit, loaded in %.2f ms", k->name, (unsigned long long)key,
+                   ms_since(&t0));
+            return BURNC_OK;
+        }
+        free(data);
+    }
+    RT_TRY(cg_glsl_compile(k->name, glsl, words, n));
+    rt_log("codegen", "%s %016llx: miss, compiled in %.2f ms (GLSL -> SPIR-V)", k->name, (unsigned long long)key,
+           ms_since(&t0));
+    if (vd->disk)
+        kc_put(vd->disk, key, *words, *n * 4);
+    return BURNC_OK;
+}
+
+static burnc_status_t make_pipeline(vk_device *vd, int n_bindings, const uint32_t *words, size_t n, const char *name,
+                                    VkPipeline *out)
+{
+    RT_TRY(layouts_for(vd, n_bindings));
+    VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = n * 4,
+                                   .pCode = words};
+    VkShaderModule mod;
+    VkResult r = vd->api.vkCreateShaderModule(vd->dev, &mi, NULL, &mod);
+    if (r != VK_SUCCESS)
+        return vk_fail(r, BURNC_ERR_COMPILE, "vkCreateShaderModule for %s", name);
+    VkComputePipelineCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                  .module = mod, .pName = "main"},
+        .layout = vd->pipe_layout[n_bindings]};
+    r = vd->api.vkCreateComputePipelines(vd->dev, vd->pipe_cache, 1, &ci, NULL, out);
+    vd->api.vkDestroyShaderModule(vd->dev, mod, NULL);
+    if (r != VK_SUCCESS)
+        return vk_fail(r, BURNC_ERR_COMPILE, "vkCreateComputePipelines for %s", name);
+    vd->pipelines++;
+    return BURNC_OK;
+}
+
+static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, rt_kernel **out)
+{
+    vk_device *vd = vk_dev(dev);
+    for (int s = 0; s < k->n_inputs; s++)
+        if (!dev->be->supports_dtype(dev, k->inputs[s].dtype))
+            return rt_fail(BURNC_ERR_UNSUPPORTED_DTYPE, "%s: %s cannot hold %s", k->name, dev->spec,
+                           ir_dtype_name(k->inputs[s].dtype));
+    for (int o = 0; o < k->n_outputs; o++)
+        if (!dev->be->supports_dtype(dev, k->outputs[o].dtype))
+            return rt_fail(BURNC_ERR_UNSUPPORTED_DTYPE, "%s: %s cannot hold %s", k->name, dev->spec,
+                           ir_dtype_name(k->outputs[o].dtype));
+    rt_kernel *rk = calloc(1, sizeof *rk);
+    if (!rk)
+        return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: out of memory", k->name);
+    rk->key = key;
+    rk->opt = cg_glsl_resolve(&(cg_glsl_options){.no_f64 = !vd->f64});
+    rk->n_bindings = 1 + k->n_inputs + k->n_outputs;
+    char *glsl = cg_glsl_emit(k, &rk->opt);
+    uint32_t *words = NULL;
+    size_t n = 0;
+    burnc_status_t s = glsl ? BURNC_OK : burnc_error_code();
+    if (s == BURNC_OK) {
+        dump(k, key, glsl);
+        s = spirv_for(vd, k, glsl, &words, &n);
+    }
+    if (s == BURNC_OK)
+        s = make_pipeline(vd, rk->n_bindings, words, n, k->name, &rk->pipeline);
+    free(words);
+    free(glsl);
+    if (s == BURNC_OK) {
+        /* a private copy of the instructions: the launch layout needs the kernel's slots */
+        rk->ir = *k;
+        rk->ir.insts = malloc((size_t)(k->n_insts ? k->n_insts : 1) * sizeof *k->insts);
+        if (!rk->ir.insts) {
+            vd->api.vkDestroyPipeline(vd->dev, rk->pipeline, NULL);
+            s = rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: out of memory", k->name);
+        } else {
+            memcpy(rk->ir.insts, k->insts, (size_t)k->n_insts * sizeof *k->insts);
+            rk->ir.cap_insts = k->n_insts;
+        }
+    }
+    if (s != BURNC_OK) {
+        free(rk);
+        return s;
+    }
+    *out = rk;
+    return BURNC_OK;
+}
+
+burnc_status_t vk_compile_kernel(rt_device *dev, const kir_kernel *k, uint64_t key, rt_kernel **out)
+{
+    vk_device *vd = vk_dev(dev);
+    mtx_lock(&vd->lock);
+    rt_kernel *rk = vd->kernels;
+    while (rk && !(rk->key == key && rk->ir.n_insts == k->n_insts))
+        rk = rk->next;
+    burnc_status_t s = BURNC_OK;
+    if (!rk) {
+        s = build(dev, k, key, &rk);
+        if (s == BURNC_OK) {
+            rk->next = vd->kernels;
+            vd->kernels = rk;
+        }
+    }
+    mtx_unlock(&vd->lock);
+    *out = rk;
+    return s;
+}
+
+burnc_status_t rt_vulkan_compile_glsl(const char *src)
+{
+    uint32_t *words;
+    size_t n;
+    burnc_status_t s = cg_glsl_compile("test shader", src, &words, &n);
+    free(words);
+    return s;
+}
+
+/* ---- Launching ---- */
+
+burnc_status_t vk_launch_kernel(rt_device *dev, rt_kernel *rk, const kir_args *args, rt_buffer *const *ins,
+                                rt_buffer *const *outs, bool epilogue)
+{
+    (void)epilogue; /* matmuls run on the host: nothing to fuse into */
+    vk_device *vd = vk_dev(dev);
+    const kir_kernel *k = &rk->ir;
+    if (rk->record)
+        return rt_fail(BURNC_ERR_INTERNAL, "vulkan: launch_kernel of a record kernel");
+    uint32_t grid[2];
+    cg_glsl_grid(k, &rk->opt, args->extents, grid);
+    if (!grid[0])
+        return BURNC_OK;
+    size_t bytes = cg_glsl_arg_words(k) * sizeof(int64_t);
+    vk_batch *b;
+    VkDeviceSize off;
+    RT_TRY(vk_batch_get(vd, &b));
+    if (vk_args_alloc(vd, b, bytes, &off) != BURNC_OK) {
+        /* the batch's argument buffer is full: start the next batch */
+        RT_TRY(vk_drain(vd));
+        RT_TRY(vk_batch_get(vd, &b));
+        RT_TRY(vk_args_alloc(vd, b, bytes, &off));
+    }
+    cg_glsl_pack_args(k, args, (int64_t *)((char *)b->args->map + off));
+    VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                      .descriptorPool = b->pool, .descriptorSetCount = 1,
+                                      .pSetLayouts = &vd->set_layout[rk->n_bindings]};
+    VkDescriptorSet set;
+    VkResult r = vd->api.vkAllocateDescriptorSets(vd->dev, &ai, &set);
+    if (r != VK_SUCCESS)
+        return vk_fail(r, BURNC_ERR_EXECUTION, "vkAllocateDescriptorSets for %s", k->name);
+    VkDescriptorBufferInfo bi[VK_MAX_BINDINGS];
+    VkWriteDescriptorSet w[VK_MAX_BINDINGS];
+    bi[0] = (VkDescriptorBufferInfo){b->args->buf, off, bytes};
+    for (int i = 0; i < k->n_inputs; i++)
+        bi[1 + i] = (VkDescriptorBufferInfo){vk_buf(ins[i])->buf, 0, VK_WHOLE_SIZE};
+    for (int o = 0; o < k->n_outputs; o++)
+        bi[1 + k->n_inputs + o] = (VkDescriptorBufferInfo){vk_buf(outs[o])->buf, 0, VK_WHOLE_SIZE};
+    for (int i = 0; i < rk->n_bindings; i++)
+        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set,
+                                      .dstBinding = (uint32_t)i, .descriptorCount = 1,
+                                      .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .pBufferInfo = &bi[i]};
+    vd->api.vkUpdateDescriptorSets(vd->dev, (uint32_t)rk->n_bindings, w, 0, NULL);
+    vd->api.vkCmdBindPipeline(b->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, rk->pipeline);
+    vd->api.vkCmdBindDescriptorSets(b->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vd->pipe_layout[rk->n_bindings], 0, 1, &set,
+                                    0, NULL);
+    vd->api.vkCmdDispatch(b->cmd, grid[0], grid[1], 1);
+    return vk_batch_task_done(vd);
+}
+
+/* ---- Opaque records: on the host ---- */
+
+burnc_status_t vk_compile(rt_device *dev, const ir_group *g, rt_kernel **out)
+{
+    (void)dev;
+    if (g->n != 1)
+        return rt_fail(BURNC_ERR_INTERNAL, "vulkan: a record kernel runs one record, not %d", g->n);
+    rt_kernel *k = calloc(1, sizeof *k);
+    if (!k)
+        return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "vulkan: out of memory for a kernel");
+    k->record = true;
+    *out = k;
+    return BURNC_OK;
+}
+
+/* Runs the record with the reference kernels on host views of its buffers: the mapped memory
+ * itself where the device's memory is the host's, else copies. */
+burnc_status_t vk_launch(rt_device *dev, rt_kernel *k, const ir_group *g, rt_buffer *const *const *bufs)
+{
+    if (!k->record || g->n != 1)
+        return rt_fail(BURNC_ERR_INTERNAL, "vulkan: launch of a group this kernel was not compiled for");
+    vk_device *vd = vk_dev(dev);
+    const ir_record *rec = g->recs[0];
+    int n = rec->n_in + 1;
+    rt_buffer views[KIR_MAX_INPUTS + 1 > 64 ? KIR_MAX_INPUTS + 1 : 64];
+    rt_buffer *ptrs[64];
+    if (n > 64)
+        return rt_fail(BURNC_ERR_INTERNAL, "vulkan: %s with %d inputs", ir_op_name(rec->op), rec->n_in);
+    RT_TRY(vk_drain(vd));
+    burnc_status_t s = BURNC_OK;
+    int made = 0;
+    for (; made < n && s == BURNC_OK; made++) {
+        vk_buffer *b = vk_buf(bufs[0][made]);
+        views[made] = b->base;
+        views[made].host = b->map;
+        if (!b->map) {
+            views[made].host = malloc(b->base.size ? b->base.size : 1);
+            if (!views[made].host)
+                s = rt_fail(BURNC_ERR_OUT_OF_MEMORY, "vulkan: %s: no host memory for %zu bytes", ir_op_name(rec->op),
+                            b->base.size);
+            else if (made < rec->n_in)
+                s = dev->be->read(dev, &b->base, 0, views[made].host, b->base.size);
+        }
+        ptrs[made] = &views[made];
+    }
+    if (s == BURNC_OK)
+        s = rt_ref_run_record(rec, ptrs);
+    vk_buffer *out = vk_buf(bufs[0][rec->n_in]);
+    if (s == BURNC_OK && !out->map)
+        s = dev->be->write(dev, &out->base, 0, views[rec->n_in].host, out->base.size);
+    for (int i = 0; i < made; i++)
+        if (!vk_buf(bufs[0][i])->map)
+            free(views[i].host);
+    return s;
+}
+
+void vk_kernel_free(rt_device *dev, rt_kernel *k)
+{
+    (void)dev;
+    /* record kernels only: compiled ones belong to the device's list */
+    if (k && k->record)
+        free(k);
+}

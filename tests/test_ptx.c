@@ -1,0 +1,1191 @@
+/* The PTX code generator (codegen/llvm_ptx.c) and the launch planner (codegen/ptx_plan.c),
+ * checked without a GPU: PTX is generated for many kernels and assembled by ptxas for sm_90
+ * (skipped with a reason when no CUDA toolkit is installed), its text is searched for what the
+ * numerics forbid (contractible add/mul/sub, .ftz, approximations, fma without KIR_FMA), and
+ * the plans are replayed in C: every position, row and leaf covered by exactly one thread or
+ * warp, the parameter words where ptx.h says. */
+#include <dlfcn.h>
+#include <regex.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "codegen/cg.h"
+#include "codegen/ptx.h"
+#include "kernel.h"
+#include "tests/common.h"
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- The module and ptxas ------------------------------------------------------------------ */
+
+static const cg_llvm_api *llvm_api(void)
+{
+    static const cg_llvm_api *api;
+    if (api)
+        return api;
+    const char *path = getenv("BURNC_LLVM_MODULE");
+    if (!path || !*path)
+        cr_skip("BURNC_LLVM_MODULE is not set: this build has no LLVM 19, so no PTX generator");
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    cr_assert(h, "cannot open the LLVM module %s: %s", path, dlerror());
+    api = dlsym(h, "burnc_llvm_api");
+    cr_assert(api, "%s has no burnc_llvm_api", path);
+    cr_assert_eq(api->abi, CG_LLVM_ABI);
+    cr_assert(api->compile_ptx, "the module has no compile_ptx");
+    return api;
+}
+
+static bool executable(const char *p) { return p && access(p, X_OK) == 0; }
+
+/* ptxas from $CUDA_HOME or $CUDA_PATH, then PATH, then the toolkit's default prefix. */
+static const char *find_ptxas(void)
+{
+    static char found[4096];
+    if (found[0])
+        return found;
+    const char *homes[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), NULL};
+    for (int i = 0; homes[i]; i++) {
+        snprintf(found, sizeof found, "%s/bin/ptxas", homes[i]);
+        if (executable(found))
+            return found;
+    }
+    const char *path = getenv("PATH");
+    while (path && *path) {
+        const char *end = strchr(path, ':');
+        size_t n = end ? (size_t)(end - path) : strlen(path);
+        snprintf(found, sizeof found, "%.*s/ptxas", (int)n, path);
+        if (n && executable(found))
+            return found;
+        path = end ? end + 1 : NULL;
+    }
+    snprintf(found, sizeof found, "/usr/local/cuda/bin/ptxas");
+    if (executable(found))
+        return found;
+    found[0] = '\0';
+    return NULL;
+}
+
+/* Assembles ptx for sm_90; false with ptxas' output in log. */
+static bool ptxas_ok(const char *ptx, const char *name, char *log, size_t cap)
+{
+    char dir[] = "/tmp/burnc-ptx-XXXXXX";
+    cr_assert(mkdtemp(dir), "mkdtemp failed");
+    char src[256], out[256], cmd[8192];
+    snprintf(src, sizeof src, "%s/k.ptx", dir);
+    snprintf(out, sizeof out, "%s/log", dir);
+    FILE *f = fopen(src, "w");
+    cr_assert(f);
+    fputs(ptx, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' -arch=sm_90 -o %s/k.cubin %s > %s 2>&1", find_ptxas(), dir, src, out);
+    int rc = system(cmd);
+    log[0] = '\0';
+    f = fopen(out, "r");
+    if (f) {
+        size_t n = fread(log, 1, cap - 1, f);
+        log[n] = '\0';
+        fclose(f);
+    }
+    char rm[512];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    cr_assert_eq(system(rm), 0);
+    (void)name;
+    return rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* ---- Building kernels ------------------------------------------------------------------------ */
+
+static void classes(kir_slot *s, burnc_dtype_t dt, const char *cls)
+{
+    s->dtype = dt;
+    for (int d = 0; cls[d]; d++)
+        s->stride[d] = cls[d] == '0' ? KIR_STRIDE_ZERO : cls[d] == '1' ? KIR_STRIDE_UNIT : KIR_STRIDE_ANY;
+}
+
+static int in_slot(kir_kernel *k, burnc_dtype_t dt, const char *cls)
+{
+    classes(&k->inputs[k->n_inputs], dt, cls);
+    return k->n_inputs++;
+}
+
+static int out_slot(kir_kernel *k, burnc_dtype_t dt, const char *cls)
+{
+    classes(&k->outputs[k->n_outputs], dt, cls);
+    return k->n_outputs++;
+}
+
+static int32_t LD(kir_kernel *k, int slot)
+{
+    return kir_emit(k, KIR_LOAD, kir_type_of(k->inputs[slot].dtype), slot, -1, -1);
+}
+static int32_t OP1(kir_kernel *k, kir_opcode op, kir_type t, int32_t a) { return kir_emit(k, op, t, a, -1, -1); }
+static int32_t OP2(kir_kernel *k, kir_opcode op, kir_type t, int32_t a, int32_t b)
+{
+    return kir_emit(k, op, t, a, b, -1);
+}
+static int32_t OP3(kir_kernel *k, kir_opcode op, kir_type t, int32_t a, int32_t b, int32_t c)
+{
+    return kir_emit(k, op, t, a, b, c);
+}
+
+static void STORE(kir_kernel *k, int slot, int32_t v, bool row)
+{
+    k->stores[k->n_stores++] = (kir_store){.slot = slot, .value = v, .row = row};
+}
+
+static int STAGE(kir_kernel *k, kir_combiner comb, int32_t v)
+{
+    k->stages[k->n_stages] = (kir_stage){.combiner = (uint8_t)comb, .value = v};
+    return k->n_stages++;
+}
+
+static int32_t REDUCED(kir_kernel *k, int s)
+{
+    int c = k->stages[s].combiner;
+    kir_type t = c == KIR_COMBINE_ARGMAX || c == KIR_COMBINE_ARGMIN ? KIR_I64 : k->insts[k->stages[s].value].type;
+    return kir_emit(k, KIR_REDUCED, t, s, -1, -1);
+}
+
+static bool has_op(const kir_kernel *k, kir_opcode op)
+{
+    for (int i = 0; i < k->n_insts; i++)
+        if (k->insts[i].op == op)
+            return true;
+    return false;
+}
+
+/* ---- Generating and checking PTX ------------------------------------------------------------- */
+
+static bool matches(const char *text, const char *re)
+{
+    regex_t r;
+    cr_assert_eq(regcomp(&r, re, REG_EXTENDED | REG_NOSUB | REG_NEWLINE), 0, "bad regex %s", re);
+    bool m = regexec(&r, text, 0, NULL, 0) == 0;
+    regfree(&r);
+    return m;
+}
+
+/* Generates k's PTX for sm_90, checks the text and assembles it; returns it (caller frees). */
+static char *gen_ptx(kir_kernel *k, const cg_ptx_options *o)
+{
+    char why[512];
+    cr_assert(kir_valid(k, why, sizeof why), "kernel %s is not valid: %s", k->name, why);
+    const cg_llvm_api *api = llvm_api();
+    cg_ptx_options def = {.sm = 90};
+    char *ptx = NULL;
+    size_t size = 0;
+    char err[1024] = "";
+    double t0 = now_ms();
+    bool ok = api->compile_ptx(k, o ? o : &def, &ptx, &size, err, sizeof err);
+    double ms = now_ms() - t0;
+    cr_assert(ok, "compile_ptx %s failed: %s", k->name, err);
+    cr_assert(ptx && size == strlen(ptx), "%s: PTX size %zu, text length %zu", k->name, size, ptx ? strlen(ptx) : 0);
+    printf("ptx %-24s %6zu bytes  %6.1f ms\n", k->name, size, ms);
+    const char *dump = getenv("BURNC_PTX_DUMP_DIR"); /* for reading the PTX by eye */
+    if (dump && *dump) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s.ptx", dump, k->name);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fputs(ptx, f);
+            fclose(f);
+        }
+    }
+    fflush(stdout);
+    cr_assert(strstr(ptx, ".target sm_90"), "%s: no .target sm_90", k->name);
+    /* every float add/sub/mul rounds (.rn): ptxas may contract only the plain forms */
+    cr_assert(!matches(ptx, "[[:space:]](add|sub|mul)\\.f(32|64)[[:space:]]"), "%s: a contractible float op", k->name);
+    cr_assert(!strstr(ptx, ".ftz"), "%s: .ftz", k->name);
+    cr_assert(!strstr(ptx, ".approx") && !strstr(ptx, ".full."), "%s: an approximate op", k->name);
+    cr_assert(!matches(ptx, "[[:space:]]fma\\.rn\\.f(32|64)") || has_op(k, KIR_FMA), "%s: fma without KIR_FMA",
+              k->name);
+    if (has_op(k, KIR_FMA))
+        cr_assert(matches(ptx, "fma\\.rn\\.f(32|64)"), "%s: KIR_FMA gave no fma.rn", k->name);
+    if (find_ptxas()) {
+        static char log[65536];
+        cr_assert(ptxas_ok(ptx, k->name, log, sizeof log), "ptxas rejects %s:\n%s", k->name, log);
+    }
+    return ptx;
+}
+
+static void need_ptxas(void)
+{
+    if (!find_ptxas())
+        printf("ptx: no ptxas (CUDA toolkit) found: the PTX is checked but not assembled\n");
+}
+
+typedef struct launch_args {
+    void *in[KIR_MAX_INPUTS], *out[KIR_MAX_OUTPUTS];
+    int64_t ext[BURNC_MAX_RANK], in_off[KIR_MAX_INPUTS], out_off[KIR_MAX_OUTPUTS];
+    int64_t in_str[KIR_MAX_INPUTS * BURNC_MAX_RANK], out_str[KIR_MAX_OUTPUTS * BURNC_MAX_RANK];
+    kir_scalar sc[8];
+    kir_args a;
+} launch_args;
+
+/* Row-major contiguous strides for every slot (0 where the class is ZERO), device-like
+ * addresses 256 bytes apart per slot, zero offsets. */
+static void contiguous_args(const kir_kernel *k, launch_args *la, const int64_t *ext)
+{
+    memset(la, 0, sizeof *la);
+    for (int d = 0; d < k->rank; d++)
+        la->ext[d] = ext[d];
+    for (int s = 0; s < k->n_inputs + k->n_outputs; s++) {
+        bool out = s >= k->n_inputs;
+        int i = out ? s - k->n_inputs : s;
+        const kir_slot *sl = out ? &k->outputs[i] : &k->inputs[i];
+        int64_t *st = (out ? la->out_str : la->in_str) + i * k->rank, m = 1;
+        for (int d = k->rank - 1; d >= 0; d--) {
+            bool row_out = out && d >= k->n_outer;
+            st[d] = sl->stride[d] == KIR_STRIDE_ZERO || row_out ? 0 : m;
+            if (st[d])
+                m *= ext[d];
+        }
+        void *addr = (void *)(uintptr_t)(0x7f0000000000ull + (uint64_t)s * 0x100000000ull);
+        if (out)
+            la->out[i] = addr;
+        else
+            la->in[i] = addr;
+    }
+    la->a = (kir_args){.inputs = la->in,
+                       .outputs = la->out,
+                       .extents = la->ext,
+                       .in_offsets = la->in_off,
+                       .in_strides = la->in_str,
+                       .out_offsets = la->out_off,
+                       .out_strides = la->out_str,
+                       .scalars = la->sc};
+}
+
+static bool plan(const kir_kernel *k, const cg_ptx_options *o, const launch_args *la, uint64_t scratch, cg_ptx_plan *p,
+                 char *why, size_t cap)
+{
+    return cg_ptx_plan_launches(k, o, &la->a, scratch, p, why, cap);
+}
+
+/* ---- Element-wise kernels -------------------------------------------------------------------- */
+
+static const burnc_dtype_t ALL_DT[] = {BURNC_DTYPE_F32, BURNC_DTYPE_F64, BURNC_DTYPE_F16, BURNC_DTYPE_BF16,
+                                       BURNC_DTYPE_I32, BURNC_DTYPE_I64, BURNC_DTYPE_U8,  BURNC_DTYPE_BOOL};
+
+/* out = f(a, b) in a's value type, stored as dt: the type's arithmetic, division and
+ * remainder included, plus conversions to and from f32. */
+static void ew_kernel(kir_kernel *k, burnc_dtype_t dt, const char *cls_a, const char *cls_b, int rank)
+{
+    kir_init(k, rank, rank);
+    int a = in_slot(k, dt, cls_a), b = in_slot(k, dt, cls_b);
+    int o = out_slot(k, dt, "2221" + 4 - rank);
+    kir_type t = kir_type_of(dt);
+    int32_t x = LD(k, a), y = LD(k, b), v;
+    if (t == KIR_BOOL) {
+        v = OP3(k, KIR_SELECT, KIR_BOOL, x, OP1(k, KIR_NOT, KIR_BOOL, y), OP2(k, KIR_AND, KIR_BOOL, x, y));
+    } else if (kir_type_is_float(t)) {
+        int32_t s = OP2(k, KIR_ADD, t, OP2(k, KIR_MUL, t, x, y), OP2(k, KIR_DIV, t, x, y));
+        s = OP2(k, KIR_SUB, t, s, OP1(k, KIR_SQRT, t, OP1(k, KIR_ABS, t, y)));
+        s = OP2(k, KIR_REM, t, s, OP1(k, KIR_RINT, t, y));
+        v = OP3(k, KIR_SELECT, t, OP2(k, KIR_LT, KIR_BOOL, x, y), s, OP1(k, KIR_FLOOR, t, x));
+    } else {
+        int32_t s = OP2(k, KIR_ADD, t, OP2(k, KIR_MUL, t, x, y), OP2(k, KIR_DIV, t, x, y));
+        s = OP2(k, KIR_XOR, t, OP2(k, KIR_REM, t, s, y), OP2(k, KIR_SHR, t, x, y));
+        int32_t f = OP1(k, KIR_CONVERT, KIR_F32, s);
+        v = OP1(k, KIR_CONVERT, t, OP1(k, KIR_SQRT, KIR_F32, f));
+    }
+    STORE(k, o, v, false);
+    snprintf(k->name, sizeof k->name, "ew_%s_%s_%s", burnc_dtype_name(dt), cls_a, cls_b);
+}
+
+Test(ptx, elementwise_every_dtype)
+{
+    need_ptxas();
+    for (size_t i = 0; i < COUNT(ALL_DT); i++) {
+        kir_kernel k;
+        ew_kernel(&k, ALL_DT[i], "11", "11", 2);
+        char *ptx = gen_ptx(&k, NULL);
+        cr_assert(strstr(ptx, ".entry " CG_PTX_ENTRY_EW), "%s: no %s entry", k.name, CG_PTX_ENTRY_EW);
+        cr_assert(strstr(ptx, "ld.global.nc"), "%s: inputs are not read through ld.global.nc", k.name);
+        free(ptx);
+        kir_free(&k);
+    }
+    BT_LEAK_CHECK();
+}
+
+Test(ptx, elementwise_broadcast_and_strided)
+{
+    static const char *cls[][2] = {{"01", "10"}, {"22", "00"}, {"21", "02"}, {"00", "11"}};
+    for (size_t c = 0; c < COUNT(cls); c++)
+        for (size_t i = 0; i < COUNT(ALL_DT); i += 3) {
+            kir_kernel k;
+            ew_kernel(&k, ALL_DT[i], cls[c][0], cls[c][1], 2);
+            free(gen_ptx(&k, NULL));
+            kir_free(&k);
+        }
+    BT_LEAK_CHECK();
+}
+
+/* Every items and block the planner may be given, rank 1 to 4. */
+Test(ptx, elementwise_options)
+{
+    static const int items[] = {1, 2, 4, 8};
+    for (size_t i = 0; i < COUNT(items); i++)
+        for (int rank = 0; rank <= 4; rank++) {
+            kir_kernel k;
+            ew_kernel(&k, i % 2 ? BURNC_DTYPE_F16 : BURNC_DTYPE_F32, "2222" + 4 - rank, "1111" + 4 - rank, rank);
+            cg_ptx_options o = {.sm = 90, .items = items[i], .block = 128};
+            free(gen_ptx(&k, &o));
+            kir_free(&k);
+        }
+    BT_LEAK_CHECK();
+}
+
+/* Conversions between every pair of value types, through stores of every dtype. */
+Test(ptx, elementwise_conversions)
+{
+    static const kir_type types[] = {KIR_BOOL, KIR_U8, KIR_I32, KIR_U32, KIR_I64, KIR_U64, KIR_F32, KIR_F64};
+    for (size_t i = 0; i < COUNT(ALL_DT); i++) {
+        kir_kernel k;
+        kir_init(&k, 1, 1);
+        int a = in_slot(&k, ALL_DT[i], "1");
+        int32_t x = LD(&k, a);
+        for (size_t t = 0; t < COUNT(types); t++) {
+            int32_t c = OP1(&k, KIR_CONVERT, types[t], x);
+            burnc_dtype_t to = ALL_DT[(i + t) % COUNT(ALL_DT)];
+            kir_type st = kir_type_of(to);
+            int o = out_slot(&k, to, "1");
+            STORE(&k, o, OP1(&k, KIR_CONVERT, st, c), false);
+            if (k.n_outputs == KIR_MAX_OUTPUTS)
+                break;
+        }
+        snprintf(k.name, sizeof k.name, "convert_from_%s", burnc_dtype_name(ALL_DT[i]));
+        free(gen_ptx(&k, NULL));
+        kir_free(&k);
+    }
+    BT_LEAK_CHECK();
+}
+
+/* An output that overwrites its input: that input is read with plain loads (no .nc). */
+Test(ptx, elementwise_in_place)
+{
+    kir_kernel k;
+    kir_init(&k, 1, 1);
+    int a = in_slot(&k, BURNC_DTYPE_F32, "1");
+    int o = out_slot(&k, BURNC_DTYPE_F32, "1");
+    STORE(&k, o, OP2(&k, KIR_MUL, KIR_F32, LD(&k, a), kir_const_f(&k, KIR_F32, 3.0)), false);
+    snprintf(k.name, sizeof k.name, "in_place");
+    char *ptx = gen_ptx(&k, NULL);
+    cr_assert(strstr(ptx, "ld.global.nc"), "without in_place the input should be read through ld.global.nc");
+    free(ptx);
+    k.in_place[0] = 1 + a;
+    ptx = gen_ptx(&k, NULL);
+    cr_assert(!strstr(ptx, "ld.global.nc"), "an input overwritten in place is read through ld.global.nc:\n%s", ptx);
+    cr_assert(strstr(ptx, "ld.global"), "no load at all");
+    free(ptx);
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
+/* KIR_FMA gives fma.rn, a math function (whose expansion has fma) assembles too. */
+Test(ptx, elementwise_fma_and_math)
+{
+    kir_kernel k;
+    kir_init(&k, 1, 1);
+    int a = in_slot(&k, BURNC_DTYPE_F32, "1"), b = in_slot(&k, BURNC_DTYPE_F64, "1");
+    int o = out_slot(&k, BURNC_DTYPE_F32, "1"), o2 = out_slot(&k, BURNC_DTYPE_F64, "1");
+    int32_t x = LD(&k, a);
+    STORE(&k, o, OP3(&k, KIR_FMA, KIR_F32, x, x, kir_erf(&k, x)), false);
+    STORE(&k, o2, kir_exp(&k, LD(&k, b)), false);
+    int32_t s = kir_emit(&k, KIR_ARG, KIR_F32, 0, -1, -1);
+    k.n_scalars = 1;
+    k.stores[0].value = OP2(&k, KIR_ADD, KIR_F32, k.stores[0].value, s);
+    snprintf(k.name, sizeof k.name, "fma_erf_exp");
+    free(gen_ptx(&k, NULL));
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
+/* Every opcode on every value type it takes, with every leaf (constants, scalars, index,
+ * extent, row length), folded into one stored value per type. */
+Test(ptx, elementwise_every_opcode)
+{
+    static const kir_type types[] = {KIR_BOOL, KIR_U8, KIR_I32, KIR_U32, KIR_I64, KIR_U64, KIR_F32, KIR_F64};
+    for (size_t i = 0; i < COUNT(types); i++) {
+        kir_type t = types[i];
+        kir_kernel k;
+        kir_init(&k, 2, 2);
+        k.n_scalars = 2;
+        int a = in_slot(&k, BURNC_DTYPE_F64, "21"), b = in_slot(&k, BURNC_DTYPE_I64, "01");
+        int32_t x = OP1(&k, KIR_CONVERT, t, LD(&k, a)), y = OP1(&k, KIR_CONVERT, t, LD(&k, b));
+        int32_t z = OP1(&k, KIR_CONVERT, t, kir_emit(&k, KIR_ARG, KIR_I64, 0, -1, -1));
+        z = OP3(&k, KIR_SELECT, t, kir_emit(&k, KIR_ARG, KIR_BOOL, 1, -1, -1), z, x);
+        int32_t idx = OP2(&k, KIR_ADD, KIR_I64, kir_emit(&k, KIR_INDEX, KIR_I64, 0, -1, -1),
+                          OP2(&k, KIR_MUL, KIR_I64, kir_emit(&k, KIR_EXTENT, KIR_I64, 1, -1, -1),
+                              kir_emit(&k, KIR_ROW_LEN, KIR_I64, -1, -1, -1)));
+        y = OP3(&k, KIR_SELECT, t, OP2(&k, KIR_LT, KIR_BOOL, idx, kir_const_i(&k, KIR_I64, 9)), y, z);
+        int32_t acc = x;
+        if (t == KIR_BOOL) {
+            acc = OP2(&k, KIR_XOR, t, OP2(&k, KIR_AND, t, x, y), OP2(&k, KIR_OR, t, OP1(&k, KIR_NOT, t, x), y));
+            acc = OP2(&k, KIR_NE, KIR_BOOL, acc, OP2(&k, KIR_LE, KIR_BOOL, x, y));
+        } else {
+            static const kir_opcode bin[] = {KIR_ADD, KIR_SUB, KIR_MUL, KIR_DIV, KIR_REM};
+            for (size_t o = 0; o < COUNT(bin); o++)
+                acc = OP2(&k, bin[o], t, acc, OP2(&k, bin[o], t, y, x));
+            acc = OP2(&k, KIR_ADD, t, acc, OP1(&k, KIR_NEG, t, OP1(&k, KIR_ABS, t, y)));
+            static const kir_opcode cmp[] = {KIR_EQ, KIR_NE, KIR_LT, KIR_LE, KIR_GT, KIR_GE};
+            for (size_t o = 0; o < COUNT(cmp); o++)
+                acc = OP3(&k, KIR_SELECT, t, OP2(&k, cmp[o], KIR_BOOL, acc, y), acc, x);
+            if (kir_type_is_float(t)) {
+                static const kir_opcode un[] = {KIR_SQRT, KIR_FLOOR, KIR_CEIL, KIR_TRUNC, KIR_RINT};
+                for (size_t o = 0; o < COUNT(un); o++)
+                    acc = OP2(&k, KIR_ADD, t, acc, OP1(&k, un[o], t, OP2(&k, KIR_MUL, t, y, kir_const_f(&k, t, 0.37))));
+                acc = OP3(&k, KIR_FMA, t, acc, y, x);
+                kir_type it = t == KIR_F32 ? KIR_U32 : KIR_U64;
+                acc = OP1(&k, KIR_BITCAST, t,
+                          OP2(&k, KIR_XOR, it, OP1(&k, KIR_BITCAST, it, acc), kir_const_i(&k, it, 1)));
+                if (t == KIR_F32) {
+                    int32_t r = kir_emit(&k, KIR_ROUND, KIR_F32, acc, -1, -1);
+                    k.insts[r].imm.i = KIR_BF16;
+                    acc = OP2(&k, KIR_ADD, t, r, acc);
+                }
+            } else {
+                static const kir_opcode bits[] = {KIR_AND, KIR_OR, KIR_XOR, KIR_SHL, KIR_SHR};
+                for (size_t o = 0; o < COUNT(bits); o++)
+                    acc = OP2(&k, bits[o], t, acc, OP2(&k, KIR_ADD, t, y, x));
+                acc = OP1(&k, KIR_NOT, t, acc);
+                if (t == KIR_U32 || t == KIR_U64)
+                    acc = OP2(&k, KIR_ADD, t, acc, OP2(&k, KIR_MULHI, t, acc, y));
+                if (t == KIR_I32 || t == KIR_I64) {
+                    kir_type ft = t == KIR_I32 ? KIR_F32 : KIR_F64;
+                    acc = OP1(&k, KIR_BITCAST, t,
+                              OP2(&k, KIR_MUL, ft, OP1(&k, KIR_BITCAST, ft, acc), OP1(&k, KIR_CONVERT, ft, y)));
+                }
+            }
+        }
+        int o = out_slot(&k, BURNC_DTYPE_F64, "21");
+        STORE(&k, o, OP1(&k, KIR_CONVERT, KIR_F64, acc), false);
+        if (t != KIR_BOOL) /* a row store of an element-wise kernel: once per position */
+            STORE(&k, out_slot(&k, BURNC_DTYPE_BF16, "21"), acc, true);
+        snprintf(k.name, sizeof k.name, "every_op_%d", (int)t);
+        free(gen_ptx(&k, NULL));
+        kir_free(&k);
+    }
+    BT_LEAK_CHECK();
+}
+
+/* Stages over no axes (n_outer == rank): the row entries, one position per row. */
+Test(ptx, stages_without_reduced_axes)
+{
+    kir_kernel k;
+    kir_init(&k, 1, 1);
+    int a = in_slot(&k, BURNC_DTYPE_F32, "1");
+    int o = out_slot(&k, BURNC_DTYPE_F32, "1");
+    STAGE(&k, KIR_COMBINE_SUM, LD(&k, a));
+    STORE(&k, o, REDUCED(&k, 0), true);
+    snprintf(k.name, sizeof k.name, "stage_no_axes");
+    char *ptx = gen_ptx(&k, NULL);
+    cr_assert(strstr(ptx, ".entry " CG_PTX_ENTRY_ROWS_WARP) && !strstr(ptx, ".entry " CG_PTX_ENTRY_EW));
+    free(ptx);
+    launch_args la;
+    int64_t n = 1000;
+    contiguous_args(&k, &la, &n);
+    cg_ptx_options opt = {.sm = 90};
+    cg_ptx_plan p;
+    char why[256];
+    cr_assert(plan(&k, &opt, &la, 0, &p, why, sizeof why), "%s", why);
+    cr_assert(p.n == 1 && strcmp(p.launch[0].entry, CG_PTX_ENTRY_ROWS_WARP) == 0);
+    cr_assert_eq(p.launch[0].words[cg_ptx_params_layout(&k).launch + CG_PTX_L_COUNT], 1000u);
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
+/* Burn's GELU example in elementary ops, then * w + b (the bench's gelu chain). */
+Test(ptx, elementwise_gelu)
+{
+    kir_kernel k;
+    kir_init(&k, 1, 1);
+    int a = in_slot(&k, BURNC_DTYPE_F32, "1"), w = in_slot(&k, BURNC_DTYPE_F32, "1"),
+        b = in_slot(&k, BURNC_DTYPE_F32, "1");
+    int o = out_slot(&k, BURNC_DTYPE_F32, "1");
+    int32_t x = LD(&k, a);
+    int32_t e = kir_erf(&k, OP2(&k, KIR_DIV, KIR_F32, x, kir_const_f(&k, KIR_F32, 1.4142135623730951)));
+    int32_t y = OP2(&k, KIR_DIV, KIR_F32,
+                    OP2(&k, KIR_MUL, KIR_F32, x, OP2(&k, KIR_ADD, KIR_F32, e, kir_const_f(&k, KIR_F32, 1.0))),
+                    kir_const_f(&k, KIR_F32, 2.0));
+    STORE(&k, o, OP2(&k, KIR_ADD, KIR_F32, OP2(&k, KIR_MUL, KIR_F32, y, LD(&k, w)), LD(&k, b)), false);
+    snprintf(k.name, sizeof k.name, "gelu");
+    char *ptx = gen_ptx(&k, NULL);
+    cr_assert(strstr(ptx, "ld.global.nc.v4.f32") && strstr(ptx, "st.global.v4.f32"), "no 16-byte vector path");
+    free(ptx);
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
+/* ---- Row kernels ------------------------------------------------------------------------------ */
+
+/* softmax over the last axis of [rows, n] (dt storage, f32 math): max, sum of exp, divide. */
+static void softmax_kernel(kir_kernel *k, burnc_dtype_t dt)
+{
+    kir_init(k, 2, 1);
+    int a = in_slot(k, dt, "21");
+    int o = out_slot(k, dt, "21");
+    int32_t x = LD(k, a);
+    int m = STAGE(k, KIR_COMBINE_MAX, x);
+    int32_t e = kir_exp(k, OP2(k, KIR_SUB, KIR_F32, x, REDUCED(k, m)));
+    int s = STAGE(k, KIR_COMBINE_SUM, e);
+    STORE(k, o, OP2(k, KIR_DIV, KIR_F32, e, REDUCED(k, s)), false);
+    snprintf(k->name, sizeof k->name, "softmax_%s", burnc_dtype_name(dt));
+}
+
+/* layer_norm: mean, variance, (x - mean) / sqrt(var + eps) * w + b, plus the mean as a row
+ * output. */
+static void layer_norm_kernel(kir_kernel *k)
+{
+    kir_init(k, 2, 1);
+    int a = in_slot(k, BURNC_DTYPE_F32, "21"), w = in_slot(k, BURNC_DTYPE_F32, "01"),
+        bb = in_slot(k, BURNC_DTYPE_F32, "01");
+    int o = out_slot(k, BURNC_DTYPE_F32, "21"), om = out_slot(k, BURNC_DTYPE_F32, "20");
+    int32_t x = LD(k, a);
+    int32_t n = OP1(k, KIR_CONVERT, KIR_F32, kir_emit(k, KIR_ROW_LEN, KIR_I64, -1, -1, -1));
+    int s1 = STAGE(k, KIR_COMBINE_SUM, x);
+    int32_t mean = OP2(k, KIR_DIV, KIR_F32, REDUCED(k, s1), n);
+    int32_t d = OP2(k, KIR_SUB, KIR_F32, x, mean);
+    int s2 = STAGE(k, KIR_COMBINE_SUM, OP2(k, KIR_MUL, KIR_F32, d, d));
+    int32_t var = OP2(k, KIR_DIV, KIR_F32, REDUCED(k, s2), n);
+    int32_t r = OP1(k, KIR_SQRT, KIR_F32, OP2(k, KIR_ADD, KIR_F32, var, kir_const_f(k, KIR_F32, 1e-5)));
+    STORE(k, o, OP3(k, KIR_FMA, KIR_F32, OP2(k, KIR_DIV, KIR_F32, d, r), LD(k, w), LD(k, bb)), false);
+    STORE(k, om, mean, true);
+    snprintf(k->name, sizeof k->name, "layer_norm");
+}
+
+static void arg_kernel(kir_kernel *k, kir_combiner comb, burnc_dtype_t dt)
+{
+    kir_init(k, 3, 1);
+    int a = in_slot(k, dt, "222");
+    int o = out_slot(k, BURNC_DTYPE_I64, "200");
+    STAGE(k, comb, LD(k, a));
+    STORE(k, o, REDUCED(k, 0), true);
+    snprintf(k->name, sizeof k->name, "%s_%s", comb == KIR_COMBINE_ARGMAX ? "argmax" : "argmin", burnc_dtype_name(dt));
+}
+
+/* sum of everything (rank 2, no outer axis), in dt's value type */
+static void sum_kernel(kir_kernel *k, burnc_dtype_t dt, kir_combiner comb)
+{
+    kir_init(k, 2, 0);
+    int a = in_slot(k, dt, "21");
+    kir_type t = kir_type_of(dt);
+    int o = out_slot(k, dt == BURNC_DTYPE_BOOL ? BURNC_DTYPE_I64 : dt, "00");
+    int32_t x = LD(k, a);
+    if (t == KIR_BOOL)
+        x = OP1(k, KIR_CONVERT, KIR_I64, x);
+    STAGE(k, comb, x);
+    int32_t r = REDUCED(k, 0);
+    if (t == KIR_F32 && (dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16))
+        r = OP1(k, KIR_CONVERT, KIR_F32, r);
+    STORE(k, o, r, true);
+    snprintf(k->name, sizeof k->name, "reduce%d_%s", (int)comb, burnc_dtype_name(dt));
+}
+
+static void expect_entries(const char *ptx, const char *name, bool multipass)
+{
+    cr_assert(strstr(ptx, ".entry " CG_PTX_ENTRY_ROWS_WARP), "%s: no warp-per-row entry", name);
+    cr_assert(strstr(ptx, ".entry " CG_PTX_ENTRY_ROWS_BLOCK), "%s: no block-per-row entry", name);
+    cr_assert_eq(strstr(ptx, ".entry " CG_PTX_ENTRY_LEAVES) != NULL, multipass, "%s: leaves entry", name);
+    cr_assert_eq(strstr(ptx, ".entry " CG_PTX_ENTRY_TREE) != NULL, multipass, "%s: tree entry", name);
+    cr_assert_eq(strstr(ptx, ".entry " CG_PTX_ENTRY_FINISH) != NULL, multipass, "%s: finish entry", name);
+    cr_assert(strstr(ptx, "shfl.sync.bfly"), "%s: no butterfly shuffles", name);
+    cr_assert(strstr(ptx, "bar.sync") || strstr(ptx, "barrier.sync"), "%s: no block barrier", name);
+}
+
+Test(ptx, rows_softmax_layer_norm)
+{
+    need_ptxas();
+    static const burnc_dtype_t dts[] = {BURNC_DTYPE_F32, BURNC_DTYPE_F16, BURNC_DTYPE_BF16};
+    for (size_t i = 0; i < COUNT(dts); i++) {
+        kir_kernel k;
+        softmax_kernel(&k, dts[i]);
+        char *ptx = gen_ptx(&k, NULL);
+        expect_entries(ptx, k.name, false);
+        free(ptx);
+        kir_free(&k);
+    }
+    kir_kernel k;
+    layer_norm_kernel(&k);
+    char *ptx = gen_ptx(&k, NULL);
+    expect_entries(ptx, k.name, false);
+    free(ptx);
+    cg_ptx_options o = {.sm = 90, .block = 1024, .rows_per_block = 32};
+    free(gen_ptx(&k, &o));
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
+Test(ptx, rows_argmax_argmin)
+{
+    static const burnc_dtype_t dts[] = {BURNC_DTYPE_F32, BURNC_DTYPE_F64,  BURNC_DTYPE_I32, BURNC_DTYPE_BF16,
+                                        BURNC_DTYPE_U8,  BURNC_DTYPE_BOOL, BURNC_DTYPE_I64};
+    for (size_t i = 0; i < COUNT(dts); i++)
+        for (int c = 0; c < 2; c++) {
+            kir_kernel k;
+            arg_kernel(&k, c ? KIR_COMBINE_ARGMIN : KIR_COMBINE_ARGMAX, dts[i]);
+            char *ptx = gen_ptx(&k, NULL);
+            expect_entries(ptx, k.name, true);
+            free(ptx);
+            kir_free(&k);
+        }
+    BT_LEAK_CHECK();
+}
+
+Test(ptx, whole_tensor_reductions)
+{
+    static const burnc_dtype_t dts[] = {BURNC_DTYPE_F32, BURNC_DTYPE_F64, BURNC_DTYPE_F16,
+                                        BURNC_DTYPE_I32, BURNC_DTYPE_I64, BURNC_DTYPE_BOOL};
+    static const kir_combiner combs[] = {KIR_COMBINE_SUM, KIR_COMBINE_PROD, KIR_COMBINE_MAX, KIR_COMBINE_MIN};
+    for (size_t i = 0; i < COUNT(dts); i++)
+        for (size_t c = 0; c < COUNT(combs); c++) {
+            if (dts[i] == BURNC_DTYPE_BOOL && c > 0)
+                continue;
+            kir_kernel k;
+            sum_kernel(&k, dts[i], combs[c]);
+            char *ptx = gen_ptx(&k, NULL);
+            expect_entries(ptx, k.name, true);
+            free(ptx);
+            kir_free(&k);
+        }
+    BT_LEAK_CHECK();
+}
+
+/* ---- Refusals --------------------------------------------------------------------------------- */
+
+Test(ptx, refuses_old_sm_and_bad_options)
+{
+    const cg_llvm_api *api = llvm_api();
+    kir_kernel k;
+    ew_kernel(&k, BURNC_DTYPE_F32, "1", "1", 1);
+    char *ptx = (char *)1;
+    size_t size = 7;
+    char err[512] = "";
+    cg_ptx_options o = {.sm = 61};
+    cr_assert(!api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err));
+    cr_assert(ptx == NULL && size == 0, "outputs not cleared on failure");
+    cr_assert(strstr(err, "6.1") && strstr(err, "7.0") && strstr(err, k.name), "message: %s", err);
+    cr_assert(!api->compile_ptx(&k, NULL, &ptx, &size, err, sizeof err));
+    cr_assert(strstr(err, "compute capability"), "message: %s", err);
+    o = (cg_ptx_options){.sm = 90, .block = 100};
+    cr_assert(!api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err));
+    cr_assert(strstr(err, "block 100"), "message: %s", err);
+    o = (cg_ptx_options){.sm = 90, .items = 3};
+    cr_assert(!api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err));
+    cr_assert(strstr(err, "items 3"), "message: %s", err);
+    o = (cg_ptx_options){.sm = 90, .rows_per_block = 33};
+    cr_assert(!api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err));
+    cr_assert(strstr(err, "rows_per_block 33"), "message: %s", err);
+    uint8_t op = k.insts[k.n_insts - 1].op;
+    k.insts[k.n_insts - 1].op = KIR_OPCODE_COUNT; /* a broken kernel */
+    o = (cg_ptx_options){.sm = 90};
+    cr_assert(!api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err));
+    cr_assert(strstr(err, "compile_ptx") && strstr(err, "opcode"), "message: %s", err);
+    k.insts[k.n_insts - 1].op = op;
+    k.in_place[0] = 9;
+    cr_assert(!api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err));
+    cr_assert(strstr(err, "overwrites input 8"), "message: %s", err);
+    k.in_place[0] = 0;
+    /* still usable afterwards; newer GPUs get the newest target LLVM knows */
+    o = (cg_ptx_options){.sm = 120};
+    cr_assert(api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err), "%s", err);
+    cr_assert(strstr(ptx, ".target sm_90"));
+    free(ptx);
+    o = (cg_ptx_options){.sm = 75};
+    cr_assert(api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err), "%s", err);
+    cr_assert(strstr(ptx, ".target sm_75"));
+    free(ptx);
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
+/* ptxas is a real check: it rejects a broken module. */
+Test(ptx, ptxas_rejects_broken_ptx)
+{
+    if (!find_ptxas())
+        cr_skip("no ptxas (CUDA toolkit) found: nothing to check");
+    static char log[65536];
+    const char *bad =
+        ".version 8.5\n.target sm_90\n.address_size 64\n.visible .entry k()\n{\n\tadd.rn.f32 %f1, %f2;\n}\n";
+    cr_assert(!ptxas_ok(bad, "broken", log, sizeof log), "ptxas accepted a broken module");
+    cr_assert(log[0], "ptxas said nothing");
+    BT_LEAK_CHECK();
+}
+
+/* ---- The planner ------------------------------------------------------------------------------ */
+
+/* The words ptx.h documents, at the places it documents them (numbers written out). */
+Test(ptx, plan_words_layout)
+{
+    kir_kernel k;
+    kir_init(&k, 3, 3);
+    int a = in_slot(&k, BURNC_DTYPE_F32, "222"), b = in_slot(&k, BURNC_DTYPE_F32, "010");
+    int o = out_slot(&k, BURNC_DTYPE_F32, "222");
+    k.n_scalars = 2;
+    int32_t s1 = kir_emit(&k, KIR_ARG, KIR_F32, 1, -1, -1);
+    STORE(&k, o, OP2(&k, KIR_MUL, KIR_F32, OP2(&k, KIR_ADD, KIR_F32, LD(&k, a), LD(&k, b)), s1), false);
+    snprintf(k.name, sizeof k.name, "layout");
+    cg_ptx_layout l = cg_ptx_params_layout(&k);
+    cr_assert_eq(l.in_addr, 0);
+    cr_assert_eq(l.out_addr, 2);
+    cr_assert_eq(l.extents, 3);
+    cr_assert_eq(l.in_off, 6);
+    cr_assert_eq(l.in_stride, 8);
+    cr_assert_eq(l.out_off, 14);
+    cr_assert_eq(l.out_stride, 15);
+    cr_assert_eq(l.scalars, 18);
+    cr_assert_eq(l.launch, 20);
+    cr_assert_eq(l.n_words, 28);
+
+    launch_args la;
+    int64_t ext[3] = {4, 5, 6};
+    contiguous_args(&k, &la, ext);
+    la.in_off[0] = 3;
+    la.in_off[1] = 11;
+    la.out_off[0] = 7;
+    la.in_str[0 * 3 + 0] = 1000; /* a transposed-looking input: no fast path */
+    la.sc[0].f = 2.5;
+    la.sc[1].i = -3;
+    cg_ptx_plan p;
+    char why[256];
+    cg_ptx_options opt = {.sm = 90};
+    cr_assert(plan(&k, &opt, &la, 0, &p, why, sizeof why), "%s", why);
+    cr_assert_eq(p.n, 1);
+    const cg_ptx_launch *x = &p.launch[0];
+    cr_assert_str_eq(x->entry, CG_PTX_ENTRY_EW);
+    cr_assert_eq(x->n_words, 28u);
+    cr_assert_eq(x->words[0], (uint64_t)(uintptr_t)la.in[0]);
+    cr_assert_eq(x->words[1], (uint64_t)(uintptr_t)la.in[1]);
+    cr_assert_eq(x->words[2], (uint64_t)(uintptr_t)la.out[0]);
+    cr_assert(x->words[3] == 4 && x->words[4] == 5 && x->words[5] == 6);
+    cr_assert(x->words[6] == 3 && x->words[7] == 11);
+    cr_assert(x->words[8] == 1000 && x->words[9] == 6 && x->words[10] == 1, "input 0 strides");
+    cr_assert(x->words[11] == 0 && x->words[12] == 1 && x->words[13] == 0, "input 1 strides (ZERO, UNIT, ZERO)");
+    cr_assert_eq(x->words[14], 7u);
+    cr_assert(x->words[15] == 30 && x->words[16] == 6 && x->words[17] == 1);
+    double f;
+    memcpy(&f, &x->words[18], sizeof f);
+    cr_assert_eq(f, 2.5);
+    cr_assert_eq((int64_t)x->words[19], -3);
+    cr_assert_eq(x->words[20 + CG_PTX_L_COUNT], 120u);
+    cr_assert_eq(x->words[20 + CG_PTX_L_FLAGS], 0u, "a strided input took the fast path");
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
+/* Row-major indices of flat position p. */
+static void unflatten(uint64_t p, const int64_t *ext, int rank, uint64_t *idx)
+{
+    for (int d = rank - 1; d > 0; d--) {
+        idx[d] = p % (uint64_t)ext[d];
+        p /= (uint64_t)ext[d];
+    }
+    if (rank > 0)
+        idx[0] = p;
+}
+
+/* Replays the element-wise entry's index math: every position written by exactly one thread,
+ * and the indices of a thread's later items (stepped from the first's, with carries) those
+ * of their positions. */
+static void replay_ew(const cg_ptx_launch *x, int items, uint64_t n, const int64_t *ext, int rank)
+{
+    uint8_t *seen = calloc(n ? n : 1, 1);
+    cr_assert(seen);
+    cr_assert_eq(x->grid[1], 1u);
+    cr_assert_eq(x->grid[2], 1u);
+    for (uint64_t b = 0; b < x->grid[0]; b++)
+        for (uint64_t t = 0; t < x->block[0]; t++) {
+            uint64_t p0 = (b * x->block[0] + t) * (uint64_t)items, idx[BURNC_MAX_RANK], want[BURNC_MAX_RANK];
+            unflatten(p0, ext, rank, idx);
+            for (int i = 0; i < items; i++) {
+                if (i > 0) { /* step_index of llvm_ptx.c */
+                    uint64_t carry = 1;
+                    for (int d = rank - 1; d >= 0; d--) {
+                        idx[d] += carry;
+                        if (d == 0)
+                            break;
+                        carry = idx[d] == (uint64_t)ext[d];
+                        if (carry)
+                            idx[d] = 0;
+                    }
+                }
+                if (p0 + (uint64_t)i >= n)
+                    continue;
+                seen[p0 + (uint64_t)i]++;
+                unflatten(p0 + (uint64_t)i, ext, rank, want);
+                cr_assert(memcmp(idx, want, sizeof(uint64_t) * (size_t)rank) == 0, "position %llu: stepped indices",
+                          (unsigned long long)(p0 + (uint64_t)i));
+            }
+        }
+    for (uint64_t p = 0; p < n; p++)
+        cr_assert_eq(seen[p], 1, "position %llu written %d times", (unsigned long long)p, seen[p]);
+    /* and no block is wholly idle */
+    cr_assert((uint64_t)(x->grid[0] - 1) * x->block[0] * (uint64_t)items < n, "a block with no position");
+    free(seen);
+}
+
+Test(ptx, plan_elementwise_covers_domain)
+{
+    static const int64_t shapes[][3] = {{1, 1, 1},   {1, 1, 7},    {1, 3, 5},    {2, 3, 129},
+                                        {17, 33, 1}, {1, 1, 1000}, {5, 1, 4096}, {3, 7, 11}};
+    static const int items[] = {1, 2, 4, 8}, blocks[] = {64, 96, 256, 1024};
+    kir_kernel k;
+    ew_kernel(&k, BURNC_DTYPE_F32, "222", "111", 3);
+    for (size_t s = 0; s < COUNT(shapes); s++)
+        for (size_t i = 0; i < COUNT(items); i++)
+            for (size_t bl = 0; bl < COUNT(blocks); bl++) {
+                launch_args la;
+                contiguous_args(&k, &la, shapes[s]);
+                cg_ptx_options o = {.sm = 90, .items = items[i], .block = blocks[bl]};
+                cg_ptx_plan p;
+                char why[256];
+                cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why), "%s", why);
+                cr_assert_eq(p.n, 1);
+                cr_assert_eq(p.launch[0].block[0], (uint32_t)blocks[bl]);
+                uint64_t n = (uint64_t)(shapes[s][0] * shapes[s][1] * shapes[s][2]);
+                cr_assert_eq(p.launch[0].words[cg_ptx_params_layout(&k).launch + CG_PTX_L_COUNT], n);
+                replay_ew(&p.launch[0], items[i], n, shapes[s], 3);
+            }
+    kir_free(&k);
+    /* a rank-0 domain: one position */
+    ew_kernel(&k, BURNC_DTYPE_F32, "", "", 0);
+    launch_args la;
+    contiguous_args(&k, &la, NULL);
+    cg_ptx_options o = {.sm = 90};
+    cg_ptx_plan p;
+    char why[256];
+    cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why), "%s", why);
+    cr_assert(p.n == 1 && p.launch[0].grid[0] == 1);
+    cr_assert_eq(p.launch[0].words[cg_ptx_params_layout(&k).launch + CG_PTX_L_COUNT], 1u);
+    replay_ew(&p.launch[0], CG_PTX_DEFAULT_ITEMS, 1, NULL, 0);
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
+/* The fast-path flag: contiguous and aligned slots only. */
+Test(ptx, plan_fast_path_flag)
+{
+    kir_kernel k;
+    ew_kernel(&k, BURNC_DTYPE_F32, "22", "00", 2);
+    int64_t ext[2] = {6, 8};
+    int lw = cg_ptx_params_layout(&k).launch + CG_PTX_L_FLAGS;
+    cg_ptx_options o = {.sm = 90, .items = 4};
+    cg_ptx_plan p;
+    char why[256];
+    launch_args la;
+    struct {
+        const char *what;
+        int change;
+        uint64_t want;
+    } cases[] = {{"contiguous, aligned, a uniform input", 0, 1},
+                 {"base not 16-byte aligned", 1, 0},
+                 {"offset of one element", 2, 0},
+                 {"offset of four elements", 3, 1},
+                 {"transposed strides", 4, 0},
+                 {"an output offset of 2 elements", 5, 0},
+                 {"extent-1 axis with any stride", 6, 1}};
+    for (size_t c = 0; c < COUNT(cases); c++) {
+        int64_t e[2] = {ext[0], ext[1]};
+        if (cases[c].change == 6)
+            e[0] = 1;
+        contiguous_args(&k, &la, e);
+        switch (cases[c].change) {
+        case 1: la.in[0] = (char *)la.in[0] + 4; break;
+        case 2: la.in_off[0] = 1; break;
+        case 3: la.in_off[0] = 4; break;
+        case 4: la.in_str[0] = 1, la.in_str[1] = 6; break;
+        case 5: la.out_off[0] = 2; break;
+        case 6: la.in_str[0] = 12345; break;
+        default: break;
+        }
+        cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why), "%s", why);
+        cr_assert_eq(p.launch[0].words[lw], cases[c].want, "%s: flag %llu", cases[c].what,
+                     (unsigned long long)p.launch[0].words[lw]);
+    }
+    /* f64 with items 4 (32 bytes): 16-byte alignment is enough */
+    kir_free(&k);
+    ew_kernel(&k, BURNC_DTYPE_F64, "1", "1", 1);
+    int64_t n = 100;
+    contiguous_args(&k, &la, &n);
+    la.in_off[0] = 2;
+    cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why), "%s", why);
+    cr_assert_eq(p.launch[0].words[cg_ptx_params_layout(&k).launch + CG_PTX_L_FLAGS], 1u);
+    la.in_off[0] = 1;
+    cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why), "%s", why);
+    cr_assert_eq(p.launch[0].words[cg_ptx_params_layout(&k).launch + CG_PTX_L_FLAGS], 0u);
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
+/* Replays the row entries: warp per row (every row and every position once) and block per
+ * row (every leaf once, by whole warps, in rounds of 32). */
+Test(ptx, plan_rows_cover_rows_and_leaves)
+{
+    static const int64_t shapes[][2] = {{1, 1}, {3, 100},  {37, 4096},         {1000, 33},
+                                        {5, 0}, {2, 4097}, {30, 3 * 4096 + 7}, {3, 70 * 4096 + 5}};
+    static const int rpbs[] = {1, 4, 8, 32}, blocks[] = {64, 256, 1024};
+    kir_kernel k;
+    softmax_kernel(&k, BURNC_DTYPE_F32);
+    for (size_t s = 0; s < COUNT(shapes); s++)
+        for (size_t r = 0; r < COUNT(rpbs); r++) {
+            int64_t rows = shapes[s][0], n = shapes[s][1];
+            launch_args la;
+            contiguous_args(&k, &la, shapes[s]);
+            cg_ptx_options o = {.sm = 90, .rows_per_block = rpbs[r], .block = blocks[r % 3]};
+            cg_ptx_plan p;
+            char why[256];
+            cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why), "%s", why);
+            cr_assert_eq(p.n, 1);
+            cr_assert_eq(p.scratch_bytes, 0u);
+            const cg_ptx_launch *x = &p.launch[0];
+            cr_assert_eq(x->words[cg_ptx_params_layout(&k).launch + CG_PTX_L_COUNT], (uint64_t)rows);
+            uint32_t *hits = calloc((size_t)(rows * (n ? n : 1)), sizeof *hits);
+            cr_assert(hits);
+            if (n <= KIR_LEAF) {
+                cr_assert_str_eq(x->entry, CG_PTX_ENTRY_ROWS_WARP);
+                cr_assert_eq(x->block[0], (uint32_t)(32 * rpbs[r]));
+                for (uint64_t b = 0; b < x->grid[0]; b++)
+                    for (uint32_t t = 0; t < x->block[0]; t++) {
+                        uint64_t row = b * (uint64_t)rpbs[r] + t / 32;
+                        if (row >= (uint64_t)rows)
+                            continue;
+                        for (int64_t j = t % 32; j < n; j += 32)
+                            hits[row * (uint64_t)n + (uint64_t)j]++;
+                    }
+            } else {
+                cr_assert_str_eq(x->entry, CG_PTX_ENTRY_ROWS_BLOCK);
+                cr_assert_eq(x->grid[0], (uint32_t)rows);
+                cr_assert_eq(x->block[0], (uint32_t)blocks[r % 3]);
+                int64_t leaves = (n + KIR_LEAF - 1) / KIR_LEAF, chunks = (leaves + 31) / 32, warps = x->block[0] / 32;
+                for (int64_t row = 0; row < rows; row++)
+                    for (int64_t c = 0; c < chunks; c++)
+                        for (int64_t w = 0; w < warps; w++)
+                            for (int64_t li = w; li < 32; li += warps) {
+                                int64_t leaf = c * 32 + li;
+                                if (leaf >= leaves)
+                                    continue;
+                                int64_t end = leaf * KIR_LEAF + KIR_LEAF < n ? leaf * KIR_LEAF + KIR_LEAF : n;
+                                for (int lane = 0; lane < 32; lane++)
+                                    for (int64_t j = leaf * KIR_LEAF + lane; j < end; j += 32)
+                                        hits[row * n + j]++;
+                            }
+            }
+            for (int64_t i = 0; i < rows * n; i++)
+                cr_assert_eq(hits[i], 1u, "shape %lld x %lld: position %lld reduced %u times", (long long)rows,
+                             (long long)n, (long long)i, hits[i]);
+            free(hits);
+        }
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
+/* kernel.h's pairwise tree over v[0..n) with an odd last element carried up. */
+static float tree_carry(float *v, int64_t n)
+{
+    if (n == 0)
+        return 0.0f;
+    while (n > 1) {
+        int64_t m = 0;
+        for (int64_t i = 0; i < n; i += 2)
+            v[m++] = i + 1 < n ? v[i] + v[i + 1] : v[i];
+        n = m;
+    }
+    return v[0];
+}
+
+/* What the tree passes do: chunks of 32 padded with +0.0, each reduced by the lane tree. */
+static float tree_passes(float *v, int64_t n, int *passes)
+{
+    *passes = 0;
+    while (n > 1) {
+        int64_t m = (n + 31) / 32;
+        for (int64_t c = 0; c < m; c++) {
+            float lane[32];
+            for (int l = 0; l < 32; l++)
+                lane[l] = c * 32 + l < n ? v[c * 32 + l] : 0.0f;
+            v[c] = tree_carry(lane, 32);
+        }
+        n = m;
+        ++*passes;
+    }
+    return v[0];
+}
+
+/* What the block-per-row entry does: chunk results pushed on a binary-counter stack, then
+ * folded from the smallest pending subtree up. */
+static float tree_stack(const float *v, int64_t n)
+{
+    float stack[64];
+    int64_t chunks = (n + 31) / 32;
+    for (int64_t c = 0; c < chunks; c++) {
+        float lane[32];
+        for (int l = 0; l < 32; l++)
+            lane[l] = c * 32 + l < n ? v[c * 32 + l] : 0.0f;
+        float r = tree_carry(lane, 32);
+        int l = 0;
+        while ((c >> l) & 1)
+            r = stack[l] + r, l++;
+        stack[l] = r;
+    }
+    float acc = 0.0f;
+    bool have = false;
+    for (int l = 0; l < 64; l++)
+        if ((chunks >> l) & 1) {
+            acc = have ? stack[l] + acc : stack[l];
+            have = true;
+        }
+    return acc;
+}
+
+/* The orders the entries implement are kernel.h's, bitwise (float sums are order-sensitive:
+ * a wrong pairing shows up). */
+Test(ptx, reduction_orders_agree)
+{
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    static const int64_t sizes[] = {1, 2, 3, 31, 32, 33, 63, 64, 65, 100, 1000, 1023, 1024, 1025, 5000, 33000};
+    for (size_t s = 0; s < COUNT(sizes); s++) {
+        int64_t n = sizes[s];
+        float *v = malloc((size_t)n * sizeof *v), *w = malloc((size_t)n * sizeof *w);
+        cr_assert(v && w);
+        for (int64_t i = 0; i < n; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            v[i] = (float)((double)(seed >> 11) * 0x1p-53 - 0.3) * (float)(1 << (seed >> 60));
+        }
+        memcpy(w, v, (size_t)n * sizeof *v);
+        float want = tree_carry(w, n);
+        float stacked = tree_stack(v, n);
+        int passes;
+        memcpy(w, v, (size_t)n * sizeof *v);
+        float passed = tree_passes(w, n, &passes);
+        cr_assert(memcmp(&want, &stacked, sizeof want) == 0, "n %lld: stack %a, tree %a", (long long)n, stacked, want);
+        cr_assert(memcmp(&want, &passed, sizeof want) == 0, "n %lld: passes %a, tree %a", (long long)n, passed, want);
+        free(v);
+        free(w);
+    }
+    BT_LEAK_CHECK();
+}
+
+/* Few long rows of a one-stage kernel: leaves, tree passes, finish; scratch asked for first. */
+Test(ptx, plan_multipass)
+{
+    static const int64_t shapes[][2] = {{1, 8 * 4096}, {3, 8 * 4096 + 5}, {100, 40000},
+                                        {1, 1 << 28},  {263, 9 * 4096},   {2, 33 * 4096}};
+    kir_kernel k;
+    arg_kernel(&k, KIR_COMBINE_ARGMAX, BURNC_DTYPE_F32);
+    k.rank = 2;
+    k.inputs[0].stride[2] = 0;
+    k.outputs[0].stride[2] = 0;
+    int lw = cg_ptx_params_layout(&k).launch;
+    for (size_t s = 0; s < COUNT(shapes); s++) {
+        int64_t rows = shapes[s][0], n = shapes[s][1], leaves = (n + KIR_LEAF - 1) / KIR_LEAF;
+        launch_args la;
+        contiguous_args(&k, &la, shapes[s]);
+        cg_ptx_options o = {.sm = 90, .block = 128};
+        cg_ptx_plan p;
+        char why[256];
+        cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why), "%s", why);
+        cr_assert_eq(p.n, 0, "launches planned without scratch");
+        size_t bytes = p.scratch_bytes;
+        cr_assert(bytes >= (size_t)(rows * leaves * CG_PTX_RECORD_BYTES), "scratch %zu bytes", bytes);
+        uint64_t base = 0x7e0000000000ull;
+        cr_assert(plan(&k, &o, &la, base, &p, why, sizeof why), "%s", why);
+        cr_assert_eq(p.scratch_bytes, bytes);
+        cr_assert(p.n >= 3);
+        cr_assert_str_eq(p.launch[0].entry, CG_PTX_ENTRY_LEAVES);
+        cr_assert_str_eq(p.launch[p.n - 1].entry, CG_PTX_ENTRY_FINISH);
+        /* leaves: warp gw takes leaf gw % L of row gw / L, every one once */
+        const cg_ptx_launch *x = &p.launch[0];
+        cr_assert_eq(x->words[lw + CG_PTX_L_LEAVES], (uint64_t)leaves);
+        uint64_t warps = (uint64_t)x->grid[0] * x->block[0] / 32;
+        cr_assert(warps >= (uint64_t)(rows * leaves) && warps < (uint64_t)(rows * leaves) + x->block[0] / 32);
+        uint64_t src = x->words[lw + CG_PTX_L_DST], m = (uint64_t)leaves;
+        cr_assert(src >= base && src + (uint64_t)(rows * leaves) * CG_PTX_RECORD_BYTES <= base + bytes);
+        /* tree passes: SRC is the last DST, counts shrink by 32 to 1, buffers never overlap */
+        int i = 1;
+        for (; i < p.n - 1; i++) {
+            x = &p.launch[i];
+            cr_assert_str_eq(x->entry, CG_PTX_ENTRY_TREE);
+            cr_assert_eq(x->words[lw + CG_PTX_L_SRC], src);
+            cr_assert_eq(x->words[lw + CG_PTX_L_SRC_N], m);
+            uint64_t m2 = (m + 31) / 32, dst = x->words[lw + CG_PTX_L_DST];
+            cr_assert_eq(x->words[lw + CG_PTX_L_DST_N], m2);
+            cr_assert_eq(x->words[lw + CG_PTX_L_COUNT], (uint64_t)rows);
+            cr_assert((uint64_t)x->grid[0] * x->block[0] / 32 >= (uint64_t)rows * m2);
+            cr_assert(dst >= base && dst + (uint64_t)rows * m2 * CG_PTX_RECORD_BYTES <= base + bytes);
+            cr_assert(dst + (uint64_t)rows * m2 * CG_PTX_RECORD_BYTES <= src ||
+                          src + (uint64_t)rows * m * CG_PTX_RECORD_BYTES <= dst,
+                      "pass %d reads what it writes", i);
+            src = dst;
+            m = m2;
+        }
+        cr_assert_eq(m, 1u, "the passes end with %llu records per row", (unsigned long long)m);
+        x = &p.launch[p.n - 1];
+        cr_assert_eq(x->words[lw + CG_PTX_L_SRC], src);
+        cr_assert((uint64_t)x->grid[0] * x->block[0] >= (uint64_t)rows);
+        int passes = 0;
+        for (uint64_t q = (uint64_t)leaves; q > 1; q = (q + 31) / 32)
+            passes++;
+        cr_assert_eq(p.n, passes + 2);
+    }
+    /* many rows, or few leaves, or element stores: a single launch */
+    int64_t many[2] = {264, 9 * 4096}, short_rows[2] = {3, 7 * 4096};
+    launch_args la;
+    cg_ptx_plan p;
+    char why[256];
+    cg_ptx_options o = {.sm = 90};
+    contiguous_args(&k, &la, many);
+    cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why) && p.n == 1 && p.scratch_bytes == 0);
+    cr_assert_str_eq(p.launch[0].entry, CG_PTX_ENTRY_ROWS_BLOCK);
+    contiguous_args(&k, &la, short_rows);
+    cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why) && p.n == 1);
+    cr_assert_str_eq(p.launch[0].entry, CG_PTX_ENTRY_ROWS_BLOCK);
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
+Test(ptx, plan_refuses_past_grid_limits)
+{
+    kir_kernel k;
+    ew_kernel(&k, BURNC_DTYPE_F32, "1", "1", 1);
+    launch_args la;
+    cg_ptx_plan p;
+    char why[256] = "";
+    cg_ptx_options o = {.sm = 90};
+    int64_t n = INT64_C(1) << 43;
+    contiguous_args(&k, &la, &n);
+    cr_assert(!plan(&k, &o, &la, 0, &p, why, sizeof why));
+    cr_assert(strstr(why, "grid limit") && strstr(why, "8796093022208") && strstr(why, k.name), "why: %s", why);
+    n = 0; /* and an empty domain launches nothing */
+    contiguous_args(&k, &la, &n);
+    cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why) && p.n == 0);
+    n = -1;
+    contiguous_args(&k, &la, &n);
+    cr_assert(!plan(&k, &o, &la, 0, &p, why, sizeof why));
+    cr_assert(strstr(why, "negative extent -1"), "why: %s", why);
+    kir_free(&k);
+
+    softmax_kernel(&k, BURNC_DTYPE_F32);
+    int64_t block_rows[2] = {INT64_C(1) << 31, 5000}, warp_rows[2] = {INT64_C(1) << 40, 10};
+    contiguous_args(&k, &la, block_rows);
+    cr_assert(!plan(&k, &o, &la, 0, &p, why, sizeof why));
+    cr_assert(strstr(why, "2147483648 rows") && strstr(why, "grid limit"), "why: %s", why);
+    contiguous_args(&k, &la, warp_rows);
+    cr_assert(!plan(&k, &o, &la, 0, &p, why, sizeof why));
+    cr_assert(strstr(why, "grid limit"), "why: %s", why);
+    int64_t fine[2] = {(INT64_C(1) << 31) - 1, 5000};
+    contiguous_args(&k, &la, fine);
+    cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why), "%s", why);
+    cr_assert_eq(p.launch[0].grid[0], (uint32_t)((INT64_C(1) << 31) - 1));
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}

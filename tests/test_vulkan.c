@@ -1,0 +1,445 @@
+/* The vulkan device (runtime/vulkan, codegen/glsl.c): device selection, batching, the pipeline
+ * and SPIR-V caches across processes, compile errors, transfers, and kernels compared bit for bit
+ * with kir_eval. Tests that need a Vulkan device use the CPU one (Mesa's lavapipe, "vulkan:cpu")
+ * and are skipped, saying why, where there is none. The op-by-op comparison with ref runs as the
+ * ops-vulkan, fusion-vulkan and random-vulkan suites. */
+#define _GNU_SOURCE /* mkdtemp */
+#include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "burnc_config.h"
+#include "common.h"
+#include "rt.h"
+#if BURNC_HAVE_VULKAN
+#include "vulkan/vk.h"
+#endif
+
+static const char CPU_SPEC[] = "vulkan:cpu";
+
+static burnc_device_t *open_vulkan(const char *spec)
+{
+#if !BURNC_HAVE_VULKAN
+    cr_skip_test("burnc was built without the vulkan backend (glslang, SPIRV-Tools or Vulkan headers missing)");
+#endif
+    burnc_device_t *dev = burnc_device_open(spec);
+    if (!dev && burnc_error_code() == BURNC_ERR_UNAVAILABLE)
+        cr_skip_test("device '%s' is not available: %s", spec, burnc_error_message());
+    cr_assert_not_null(dev, "cannot open %s: %s", spec, burnc_error_message());
+    return dev;
+}
+
+static burnc_tensor_t *tensor_f32(burnc_device_t *dev, int rank, const int64_t *shape, const float *data)
+{
+    burnc_tensor_t *t = burnc_tensor_from_data(dev, BURNC_DTYPE_F32, rank, shape, data);
+    cr_assert_not_null(t, "from_data: %s", burnc_error_message());
+    return t;
+}
+
+static void read_f32(burnc_tensor_t *t, float *out, size_t n)
+{
+    cr_assert_not_null(t, "op failed: %s", burnc_error_message());
+    BT_ASSERT_OK(burnc_tensor_read(t, out, n * sizeof *out));
+}
+
+/* ---- Selection ---------------------------------------------------------------------------- */
+
+Test(vulkan, open_by_spec_and_enumerate)
+{
+    burnc_device_t *dev = open_vulkan(CPU_SPEC);
+    cr_assert_eq(burnc_device_type(dev), BURNC_DEVICE_VULKAN);
+    cr_assert_str_eq(burnc_device_spec(dev), CPU_SPEC);
+    cr_assert(strstr(burnc_device_name(dev), "cpu") != NULL, "name %s does not say it is a CPU device",
+              burnc_device_name(dev));
+    burnc_device_info_t info[16];
+    int n = burnc_device_enumerate(BURNC_DEVICE_VULKAN, info, 16);
+    bool listed = false;
+    for (int i = 0; i < n && i < 16; i++) {
+        cr_assert_eq(info[i].type, BURNC_DEVICE_VULKAN);
+        listed |= strcmp(info[i].spec, CPU_SPEC) == 0;
+    }
+    cr_assert(listed, "%s is not among the %d enumerated Vulkan devices", CPU_SPEC, n);
+    /* the same device again is the same handle */
+    burnc_device_t *again = BT_NOT_NULL(burnc_device_open(CPU_SPEC));
+    cr_assert(burnc_device_equal(dev, again));
+    burnc_device_release(again);
+    BT_ASSERT_FAILS(burnc_device_open("vulkan:cpu:7"), BURNC_ERR_UNAVAILABLE, "no such Vulkan device");
+    BT_ASSERT_FAILS(burnc_device_open("vulkan:57"), BURNC_ERR_UNAVAILABLE, "vulkan:57");
+    BT_ASSERT_FAILS(burnc_device_open("vulkan:discrete:x"), BURNC_ERR_INVALID_ARGUMENT, "vulkan:discrete:x");
+    burnc_device_release(dev);
+    BT_LEAK_CHECK();
+}
+
+Test(vulkan, default_device_is_never_a_cpu_vulkan_device)
+{
+    burnc_device_release(open_vulkan(CPU_SPEC));
+    unsetenv("BURNC_DEVICE");
+    burnc_device_t *def = BT_NOT_NULL(burnc_device_open(NULL));
+    cr_assert(strncmp(burnc_device_spec(def), CPU_SPEC, strlen(CPU_SPEC)) != 0, "the default device is %s",
+              burnc_device_spec(def));
+    burnc_device_release(def);
+    BT_LEAK_CHECK();
+}
+
+Test(vulkan, env_overrides_the_choice)
+{
+    burnc_device_t *cpu = open_vulkan(CPU_SPEC);
+    setenv("BURNC_VULKAN_DEVICE", "cpu", 1);
+    burnc_device_t *dev = BT_NOT_NULL(burnc_device_open("vulkan"));
+    cr_assert_str_eq(burnc_device_name(dev), burnc_device_name(cpu));
+    burnc_device_release(dev);
+    setenv("BURNC_VULKAN_DEVICE", "vulkan:cpu:3", 1);
+    BT_ASSERT_FAILS(burnc_device_open("vulkan"), BURNC_ERR_UNAVAILABLE, "BURNC_VULKAN_DEVICE=vulkan:cpu:3");
+    setenv("BURNC_VULKAN_DEVICE", "fast", 1);
+    BT_ASSERT_FAILS(burnc_device_open("vulkan"), BURNC_ERR_UNAVAILABLE, "bad Vulkan device selector");
+    unsetenv("BURNC_VULKAN_DEVICE");
+    burnc_device_release(cpu);
+    BT_LEAK_CHECK();
+}
+
+/* ---- Execution ---------------------------------------------------------------------------- */
+
+/* x -> ((x * 1.5 + 1) * 1.5 + 1) ... n times, each op its own kernel in eager mode. */
+static void chain(burnc_device_t *dev, int n, const float *x, float *out, int64_t len)
+{
+    burnc_scope_begin();
+    burnc_tensor_t *t = tensor_f32(dev, 1, &len, x);
+    for (int i = 0; i < n; i++)
+        t = burnc_add_scalar(burnc_mul_scalar(t, 1.5), 1.0);
+    burnc_tensor_keep(t);
+    burnc_scope_end();
+    read_f32(t, out, (size_t)len);
+    burnc_tensor_release(t);
+}
+
+Test(vulkan, batching_limit)
+{
+#if BURNC_HAVE_VULKAN
+    setenv("BURNC_VULKAN_MAX_TASKS", "3", 1);
+    burnc_device_t *dev = open_vulkan(CPU_SPEC);
+    BT_ASSERT_OK(burnc_device_set_fusion(dev, false));
+    enum { N = 10, LEN = 1000 };
+    float x[LEN], got[LEN];
+    for (int i = 0; i < LEN; i++)
+        x[i] = (float)i / 7.0f - 50.0f;
+    vk_stats before, after;
+    rt_vulkan_stats(dev, &before);
+    chain(dev, N, x, got, LEN);
+    rt_vulkan_stats(dev, &after);
+    /* 2N eager kernels, at most 3 per submit */
+    long submits = after.submits - before.submits;
+    cr_assert_geq(submits, (2 * N + 2) / 3, "%ld submits for %d dispatches at 3 per submit", submits, 2 * N);
+    for (int i = 0; i < LEN; i++) {
+        float want = x[i];
+        for (int j = 0; j < N; j++)
+            want = want * 1.5f + 1.0f;
+        cr_assert_eq(got[i], want, "element %d: %a, want %a", i, got[i], want);
+    }
+    burnc_device_release(dev);
+    BT_LEAK_CHECK();
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
+}
+
+Test(vulkan, to_device_between_cpu_ref_and_vulkan)
+{
+    burnc_device_t *vk = open_vulkan(CPU_SPEC);
+    burnc_device_t *host = burnc_device_open("cpu");
+    if (!host)
+        host = BT_NOT_NULL(burnc_device_open("ref"));
+    float x[257], back[257], sq[257];
+    for (int i = 0; i < 257; i++)
+        x[i] = (float)i - 128.5f;
+    int64_t n = 257;
+    burnc_tensor_t *h = tensor_f32(host, 1, &n, x);
+    burnc_tensor_t *v = BT_NOT_NULL(burnc_tensor_to_device(h, vk));
+    burnc_tensor_t *v2 = BT_NOT_NULL(burnc_mul(v, v));
+    burnc_tensor_t *h2 = BT_NOT_NULL(burnc_tensor_to_device(v2, host));
+    read_f32(h2, sq, 257);
+    read_f32(v, back, 257);
+    for (int i = 0; i < 257; i++) {
+        cr_assert_eq(back[i], x[i]);
+        cr_assert_eq(sq[i], x[i] * x[i]);
+    }
+    BT_ASSERT_FAILS(burnc_add(v, h), BURNC_ERR_DEVICE_MISMATCH, "");
+    burnc_tensor_release(h);
+    burnc_tensor_release(v);
+    burnc_tensor_release(v2);
+    burnc_tensor_release(h2);
+    burnc_device_release(host);
+    burnc_device_release(vk);
+    BT_LEAK_CHECK();
+}
+
+/* ---- Caches and compile errors ------------------------------------------------------------- */
+
+#if BURNC_HAVE_VULKAN
+/* A child process: runs a small graph on vulkan:cpu and exits with a code that says what it
+ * compiled: 77 no device, 1 wrong result, else 10 + 2 * (glslang compiled) + (pipeline cache
+ * file found). */
+static int child_run(void)
+{
+    burnc_device_t *dev = burnc_device_open(CPU_SPEC);
+    if (!dev)
+        return 77;
+    int64_t shape[2] = {3, 5000};
+    static float x[15000];
+    for (int i = 0; i < 15000; i++)
+        x[i] = (float)(i % 97) * 0.25f;
+    burnc_tensor_t *t = burnc_tensor_from_data(dev, BURNC_DTYPE_F32, 2, shape, x);
+    int axis = 1;
+    burnc_tensor_t *r = burnc_sqrt(t);
+    burnc_tensor_t *s = burnc_sum(r, 1, &axis, false);
+    float got[3];
+    bool ok = s && burnc_tensor_read(s, got, sizeof got) == BURNC_OK && got[0] > 0;
+    burnc_tensor_release(s);
+    burnc_tensor_release(r);
+    burnc_tensor_release(t);
+    vk_stats st;
+    rt_vulkan_stats(dev, &st);
+    burnc_device_release(dev); /* writes the pipeline cache */
+    if (!ok)
+        return 1;
+    return 10 + 2 * (st.glslang_compiles > 0) + st.pipeline_cache_loaded;
+}
+
+static int run_child(void)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0)
+        _exit(child_run());
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status), "the child process crashed");
+    return WEXITSTATUS(status);
+}
+#endif
+
+Test(vulkan, pipeline_and_spirv_caches_reused_across_processes)
+{
+#if BURNC_HAVE_VULKAN
+    char dir[] = "/tmp/burnc-vk-cache-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    setenv("BURNC_CACHE_DIR", dir, 1);
+    int first = run_child();
+    if (first == 77)
+        cr_skip_test("%s is not available", CPU_SPEC);
+    cr_assert_eq(first, 12, "first process: code %d (want 12: compiled, no pipeline cache yet)", first);
+    int second = run_child();
+    cr_assert_eq(second, 11, "second process: code %d (want 11: nothing compiled, pipeline cache found)", second);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    BT_LEAK_CHECK();
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
+}
+
+Test(vulkan, compile_error_carries_the_glslang_log)
+{
+#if BURNC_HAVE_VULKAN
+    const char *bad = "#version 450\nlayout(local_size_x = 1) in;\nvoid main() { undeclared_thing = 1; }\n";
+    BT_ASSERT_STATUS(rt_vulkan_compile_glsl(bad), BURNC_ERR_COMPILE, "undeclared_thing");
+    BT_ASSERT_MSG_HAS("glslang");
+    const char *good = "#version 450\nlayout(local_size_x = 1) in;\nvoid main() { }\n";
+    BT_ASSERT_OK(rt_vulkan_compile_glsl(good));
+    BT_LEAK_CHECK();
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
+}
+
+/* ---- Kernels bit for bit against kir_eval -------------------------------------------------- */
+
+#if BURNC_HAVE_VULKAN
+/* Runs k on dev over host arrays (inputs ins[s] of in_n[s] elements, outputs likewise, read
+ * back into outs) and checks the bytes against kir_eval on copies. */
+static void check_against_eval(burnc_device_t *dev, const kir_kernel *k, const kir_args *a, void **host_in,
+                               const size_t *in_bytes, void **host_out, const size_t *out_bytes)
+{
+    rt_device *d = dev;
+    rt_buffer *ib[KIR_MAX_INPUTS], *ob[KIR_MAX_OUTPUTS];
+    void *want[KIR_MAX_OUTPUTS];
+    for (int s = 0; s < k->n_inputs; s++) {
+        BT_ASSERT_OK(d->be->alloc(d, in_bytes[s], &ib[s]));
+        BT_ASSERT_OK(d->be->write(d, ib[s], 0, host_in[s], in_bytes[s]));
+    }
+    for (int o = 0; o < k->n_outputs; o++) {
+        BT_ASSERT_OK(d->be->alloc(d, out_bytes[o], &ob[o]));
+        memset(host_out[o], 0x5a, out_bytes[o]);
+        BT_ASSERT_OK(d->be->write(d, ob[o], 0, host_out[o], out_bytes[o]));
+        want[o] = malloc(out_bytes[o]);
+        memcpy(want[o], host_out[o], out_bytes[o]);
+    }
+    rt_kernel *rk;
+    BT_ASSERT_OK(d->be->compile_kernel(d, k, kir_hash(k), &rk));
+    BT_ASSERT_OK(d->be->launch_kernel(d, rk, a, ib, ob, false));
+    BT_ASSERT_OK(d->be->sync(d));
+    kir_args ea = *a;
+    ea.inputs = host_in;
+    ea.outputs = want;
+    BT_ASSERT_OK(kir_eval(k, &ea));
+    for (int o = 0; o < k->n_outputs; o++) {
+        BT_ASSERT_OK(d->be->read(d, ob[o], 0, host_out[o], out_bytes[o]));
+        burnc_dtype_t dt = k->outputs[o].dtype;
+        size_t es = ir_dtype_size(dt);
+        for (size_t i = 0; i < out_bytes[o] / es; i++) {
+            const char *g = (const char *)host_out[o] + i * es, *w = (const char *)want[o] + i * es;
+            /* NaN signs and payloads are the hardware's: any NaN equals any NaN */
+            bool nans = ir_dtype_is_float(dt) && isnan(ir_load_f(g, dt)) && isnan(ir_load_f(w, dt));
+            cr_assert(nans || memcmp(g, w, es) == 0, "%s output %d element %zu: %.17g, kir_eval %.17g", k->name, o,
+                      i, ir_load_f(g, dt), ir_load_f(w, dt));
+        }
+        free(want[o]);
+        d->be->free(d, ob[o]);
+    }
+    for (int s = 0; s < k->n_inputs; s++)
+        d->be->free(d, ib[s]);
+}
+
+/* rows x cols f32 input; per row: sum of x*x, max, argmax (NaNs placed), and x - max stored per
+ * element: a multi-stage kernel over several leaves (cols > KIR_LEAF). */
+static void rows_kernel(kir_kernel *k, int combiner_b)
+{
+    kir_init(k, 2, 1);
+    snprintf(k->name, sizeof k->name, "test_rows");
+    k->n_inputs = 1;
+    k->inputs[0] = (kir_slot){.dtype = BURNC_DTYPE_F32, .stride = {KIR_STRIDE_ANY, KIR_STRIDE_UNIT}};
+    k->n_outputs = 3;
+    k->outputs[0] = (kir_slot){.dtype = BURNC_DTYPE_F32, .stride = {KIR_STRIDE_UNIT, KIR_STRIDE_ZERO}};
+    k->outputs[1] = (kir_slot){.dtype = BURNC_DTYPE_I64, .stride = {KIR_STRIDE_UNIT, KIR_STRIDE_ZERO}};
+    k->outputs[2] = (kir_slot){.dtype = BURNC_DTYPE_BF16, .stride = {KIR_STRIDE_ANY, KIR_STRIDE_UNIT}};
+    int32_t x = kir_emit(k, KIR_LOAD, KIR_F32, 0, 0, 0);
+    int32_t sq = kir_emit(k, KIR_MUL, KIR_F32, x, x, 0);
+    k->stages[0] = (kir_stage){.combiner = KIR_COMBINE_SUM, .value = sq};
+    k->stages[1] = (kir_stage){.combiner = (uint8_t)combiner_b, .value = x};
+    k->stages[2] = (kir_stage){.combiner = KIR_COMBINE_MAX, .value = x};
+    k->n_stages = 3;
+    int32_t s0 = kir_emit(k, KIR_REDUCED, KIR_F32, 0, 0, 0);
+    int32_t s1 = kir_emit(k, KIR_REDUCED, KIR_I64, 1, 0, 0);
+    int32_t mx = kir_emit(k, KIR_REDUCED, KIR_F32, 2, 0, 0);
+    int32_t d = kir_emit(k, KIR_SUB, KIR_F32, x, mx, 0);
+    int32_t e = kir_exp(k, d);
+    k->stores[0] = (kir_store){.slot = 0, .value = s0, .row = true};
+    k->stores[1] = (kir_store){.slot = 1, .value = s1, .row = true};
+    k->stores[2] = (kir_store){.slot = 2, .value = e, .row = false};
+    k->n_stores = 3;
+    char why[256];
+    cr_assert(kir_valid(k, why, sizeof why), "test kernel: %s", why);
+}
+#endif
+
+Test(vulkan, row_reductions_equal_kir_eval_bitwise)
+{
+#if BURNC_HAVE_VULKAN
+    burnc_device_t *dev = open_vulkan(CPU_SPEC);
+    const int64_t rows = 5, cols = 3 * KIR_LEAF + 77;
+    float *x = malloc((size_t)(rows * cols) * sizeof *x);
+    uint64_t r = 12345;
+    for (int64_t i = 0; i < rows * cols; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((int64_t)(r >> 40) - (1 << 23)) * 0x1p-20f;
+    }
+    x[1 * cols + 5000] = NAN; /* row 1: a NaN wins argmax/argmin and max */
+    x[2 * cols + 100] = 1e30f; /* row 2: the extreme value, twice: the first wins */
+    x[2 * cols + 9000] = 1e30f;
+    float sums[5];
+    int64_t args[5];
+    uint16_t *el = malloc((size_t)(rows * cols) * sizeof *el);
+    for (int c = 0; c < 2; c++) {
+        kir_kernel k;
+        rows_kernel(&k, c == 0 ? KIR_COMBINE_ARGMAX : KIR_COMBINE_ARGMIN);
+        int64_t extents[2] = {rows, cols}, in_off = 0, in_str[2] = {cols, 1};
+        int64_t out_off[3] = {0, 0, 0}, out_str[6] = {1, 0, 1, 0, cols, 1};
+        kir_args a = {.extents = extents, .in_offsets = &in_off, .in_strides = in_str, .out_offsets = out_off,
+                      .out_strides = out_str};
+        void *ins[1] = {x}, *outs[3] = {sums, args, el};
+        size_t in_b[1] = {(size_t)(rows * cols) * 4}, out_b[3] = {sizeof sums, sizeof args, (size_t)(rows * cols) * 2};
+        check_against_eval(dev, &k, &a, ins, in_b, outs, out_b);
+        kir_free(&k);
+        if (c == 0) {
+            cr_assert_eq(args[1], 5000, "argmax of row 1 (a NaN at 5000) is %lld", (long long)args[1]);
+            cr_assert_eq(args[2], 100, "argmax of row 2 (first maximum at 100) is %lld", (long long)args[2]);
+        }
+    }
+    free(x);
+    free(el);
+    burnc_device_release(dev);
+    BT_LEAK_CHECK();
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
+}
+
+#if BURNC_HAVE_VULKAN
+/* One element-wise kernel of `op` over two or three f32 (or f64) inputs, against kir_eval. */
+static void binary_kernel(burnc_device_t *dev, kir_opcode op, kir_type t, int n_in, const void *const *data,
+                          int64_t n)
+{
+    kir_kernel k;
+    kir_init(&k, 1, 1);
+    snprintf(k.name, sizeof k.name, "test_op_%d", (int)op);
+    burnc_dtype_t dt = t == KIR_F64 ? BURNC_DTYPE_F64 : BURNC_DTYPE_F32;
+    size_t es = ir_dtype_size(dt);
+    k.n_inputs = n_in;
+    int32_t v[3];
+    for (int s = 0; s < n_in; s++) {
+        k.inputs[s] = (kir_slot){.dtype = dt, .stride = {KIR_STRIDE_UNIT}};
+        v[s] = kir_emit(&k, KIR_LOAD, t, s, 0, 0);
+    }
+    k.n_outputs = 1;
+    k.outputs[0] = (kir_slot){.dtype = dt, .stride = {KIR_STRIDE_UNIT}};
+    int32_t r = kir_emit(&k, op, t, v[0], n_in > 1 ? v[1] : 0, n_in > 2 ? v[2] : 0);
+    k.stores[0] = (kir_store){.slot = 0, .value = r};
+    k.n_stores = 1;
+    int64_t zero[3] = {0, 0, 0}, one[3] = {1, 1, 1};
+    kir_args a = {.extents = &n, .in_offsets = zero, .in_strides = one, .out_offsets = zero, .out_strides = one};
+    void *ins[3] = {(void *)data[0], n_in > 1 ? (void *)data[1] : NULL, n_in > 2 ? (void *)data[2] : NULL};
+    size_t in_b[3] = {(size_t)n * es, (size_t)n * es, (size_t)n * es}, out_b[1] = {(size_t)n * es};
+    void *out = malloc(out_b[0]);
+    void *outs[1] = {out};
+    check_against_eval(dev, &k, &a, ins, in_b, outs, out_b);
+    free(out);
+    kir_free(&k);
+}
+
+/* Values whose fma differs from a rounded product plus the addend. */
+static void fma_inputs(float *a, float *b, float *c, int n)
+{
+    for (int i = 0; i < n; i++) {
+        a[i] = 1.0f + (float)(i + 1) * 0x1p-12f;
+        b[i] = 1.0f - (float)(i + 1) * 0x1p-13f;
+        c[i] = -(a[i] * b[i]);
+    }
+}
+#endif
+
+Test(vulkan, fma_div_sqrt_equal_kir_eval_bitwise)
+{
+#if BURNC_HAVE_VULKAN
+    burnc_device_t *dev = open_vulkan(CPU_SPEC);
+    enum { N = 4096 };
+    float *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b), *c = malloc(N * sizeof *c);
+    fma_inputs(a, b, c, N);
+    binary_kernel(dev, KIR_FMA, KIR_F32, 3, (const void *const[]){a, b, c}, N);
+    uint64_t r = 99;
+    for (int i = 0; i < N; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        a[i] = ldexpf((float)(r >> 40) + 1.0f, (int)(r % 60) - 30);
+        b[i] = ldexpf((float)((r >> 20) & 0xfffff) + 1.0f, (int)((r >> 8) % 40) - 20);
+    }
+    binary_kernel(dev, KIR_DIV, KIR_F32, 2, (const void *const[]){a, b}, N);
+    binary_kernel(dev, KIR_SQRT, KIR_F32, 1, (const void *const[]){a}, N);
+    free(a);
+    free(b);
+    free(c);
+    burnc_device_release(dev);
+    BT_LEAK_CHECK();
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
+}
