@@ -138,6 +138,13 @@ static double median_steps(const model *m, burnc_optim_t *opt, burnc_tensor_t *x
     return r;
 }
 
+/* Counts the kernels of the flushes the fusion log reports. */
+static void on_log(void *user, const char *topic, const char *msg)
+{
+    if (!strcmp(topic, "fusion") && strstr(msg, " group "))
+        ++*(int *)user;
+}
+
 /* Random inputs for a model, materialized. */
 static int make_batch(burnc_device_t *dev, const model *m, int64_t batch, int64_t in, burnc_tensor_t **x,
                       burnc_tensor_t **y)
@@ -164,9 +171,20 @@ static int time_steps(bench_ctx *ctx, bench_result *out, burnc_device_t *ad, con
     int rc = !opt || make_batch(ad, m, batch, in, &x, &y);
     double fused = rc ? -1 : median_steps(m, opt, x, y, ctx->dev, true, warmup, reps);
     double eager = fused < 0 ? -1 : median_steps(m, opt, x, y, ctx->dev, false, warmup, reps);
+    int kernels[2] = {0, 0}; /* of one more step each way, from the fusion log */
+    for (int f = 0; f < 2 && eager >= 0; f++) {
+        burnc_device_set_fusion(ctx->dev, f == 0);
+        burnc_log_set_callback(on_log, &kernels[f]);
+        if (train_step(m, opt, x, y, ctx->dev) < 0)
+            eager = -1;
+        burnc_log_set_callback(NULL, NULL);
+    }
+    burnc_device_set_fusion(ctx->dev, true);
     if (eager < 0) {
         rc = 1;
     } else {
+        add_metric(out, "step kernels fused", kernels[0], "", TARGET_NONE, 0);
+        add_metric(out, "step kernels eager", kernels[1], "", TARGET_NONE, 0);
         add_metric(out, "step fused", fused, "ms", TARGET_NONE, 0);
         add_metric(out, "step eager", eager, "ms", TARGET_NONE, 0);
         add_metric(out, "step fused/eager speedup", eager / fused, "x", on_cpu(ctx) ? TARGET_AT_LEAST : TARGET_NONE,
@@ -176,13 +194,6 @@ static int time_steps(bench_ctx *ctx, bench_result *out, burnc_device_t *ad, con
     burnc_tensor_release(y);
     burnc_optim_release(opt);
     return rc;
-}
-
-/* Counts the kernels of the flushes the fusion log reports. */
-static void on_log(void *user, const char *topic, const char *msg)
-{
-    if (!strcmp(topic, "fusion") && strstr(msg, " group "))
-        ++*(int *)user;
 }
 
 /* The Adam update alone on fixed gradients: fused vs eager against the traffic ratio. */

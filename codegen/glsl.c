@@ -892,23 +892,47 @@ static const char helper_fma_f64[] =
     "  return r;\n"
     "}\n";
 
-/* Truncate, saturate, NaN -> 0 (kernel_eval's trunc_sat); the bounds are powers of two, exact
- * in both float types. */
+/* Truncate, saturate, NaN -> 0 (kernel_eval's trunc_sat), on the bits: the truncated
+ * magnitude as an integer (huge: 2^64 or more, or infinite). No float-to-int instruction is
+ * used, so no optimizer can fold an int -> float -> int round trip into the identity (Mesa's
+ * lavapipe did, losing the rounding the IR's exact casts test for). */
 static void emit_cvt(sb *b, bool f64)
 {
     const char *F = f64 ? "double" : "float", *n = f64 ? "f64" : "f32";
-    const char *isnan = f64 ? "isnan_f64" : "isnan_f32";
-    sb_printf(b, "uint cvt_u8_%s(%s x) { if (%s(x) || x <= %s(0)) return 0u; if (x >= %s(256)) return 255u; return uint(x); }\n",
-              n, F, isnan, F, F);
-    sb_printf(b, "int cvt_i32_%s(%s x) { if (%s(x)) return 0; if (x >= %s(2147483648.0)) return 0x7fffffff;"
-                 " if (x <= %s(-2147483648.0)) return int(0x80000000u); return int(x); }\n", n, F, isnan, F, F);
-    sb_printf(b, "uint cvt_u32_%s(%s x) { if (%s(x) || x <= %s(0)) return 0u; if (x >= %s(4294967296.0)) return 0xffffffffu;"
-                 " return uint(x); }\n", n, F, isnan, F, F);
-    sb_printf(b, "int64_t cvt_i64_%s(%s x) { if (%s(x)) return 0l; if (x >= %s(9223372036854775808.0))"
-                 " return int64_t(0x7ffffffffffffffful); if (x <= %s(-9223372036854775808.0)) return int64_t(0x8000000000000000ul);"
-                 " return int64_t(x); }\n", n, F, isnan, F, F);
-    sb_printf(b, "uint64_t cvt_u64_%s(%s x) { if (%s(x) || x <= %s(0)) return 0ul; if (x >= %s(18446744073709551616.0))"
-                 " return 0xfffffffffffffffful; return uint64_t(x); }\n", n, F, isnan, F, F);
+    if (f64)
+        sb_printf(b, "uint64_t mag_f64(double x, out bool neg, out bool huge) {\n"
+                     "  uint64_t u = doubleBitsToUint64(x); neg = (u >> 63) != 0ul;\n"
+                     "  int e = int((u >> 52) & 0x7fful);\n"
+                     "  uint64_t m = (u & 0xffffffffffffful) | (e != 0 ? 0x10000000000000ul : 0ul);\n"
+                     "  int sh = max(e, 1) - 1075; huge = sh > 11;\n"
+                     "  return huge ? 0ul : sh >= 0 ? m << sh : sh <= -64 ? 0ul : m >> (-sh);\n"
+                     "}\n");
+    else
+        sb_printf(b, "uint64_t mag_f32(float x, out bool neg, out bool huge) {\n"
+                     "  uint u = floatBitsToUint(x); neg = (u >> 31) != 0u;\n"
+                     "  int e = int((u >> 23) & 0xffu);\n"
+                     "  uint64_t m = uint64_t((u & 0x7fffffu) | (e != 0 ? 0x800000u : 0u));\n"
+                     "  int sh = max(e, 1) - 150; huge = sh > 40;\n"
+                     "  return huge ? 0ul : sh >= 0 ? m << sh : sh <= -64 ? 0ul : m >> (-sh);\n"
+                     "}\n");
+    const char *head = "  if (isnan_%s(x)) return %s; bool neg, huge; uint64_t m = mag_%s(x, neg, huge);\n";
+    sb_printf(b, "uint cvt_u8_%s(%s x) {\n", n, F);
+    sb_printf(b, head, n, "0u", n);
+    sb_printf(b, "  return neg ? 0u : (huge || m > 255ul) ? 255u : uint(m);\n}\n");
+    sb_printf(b, "uint cvt_u32_%s(%s x) {\n", n, F);
+    sb_printf(b, head, n, "0u", n);
+    sb_printf(b, "  return neg ? 0u : (huge || m > 0xfffffffful) ? 0xffffffffu : uint(m);\n}\n");
+    sb_printf(b, "uint64_t cvt_u64_%s(%s x) {\n", n, F);
+    sb_printf(b, head, n, "0ul", n);
+    sb_printf(b, "  return neg ? 0ul : huge ? 0xfffffffffffffffful : m;\n}\n");
+    sb_printf(b, "int cvt_i32_%s(%s x) {\n", n, F);
+    sb_printf(b, head, n, "0", n);
+    sb_printf(b, "  if (neg) return (huge || m > 0x80000000ul) ? int(0x80000000u) : int(0ul - m);\n"
+                 "  return (huge || m > 0x7ffffffful) ? 0x7fffffff : int(m);\n}\n");
+    sb_printf(b, "int64_t cvt_i64_%s(%s x) {\n", n, F);
+    sb_printf(b, head, n, "0l", n);
+    sb_printf(b, "  if (neg) return (huge || m > 0x8000000000000000ul) ? int64_t(0x8000000000000000ul) : int64_t(0ul - m);\n"
+                 "  return (huge || m > 0x7ffffffffffffffful) ? int64_t(0x7ffffffffffffffful) : int64_t(m);\n}\n");
 }
 
 /* ---- The whole shader ---- */

@@ -16,6 +16,7 @@
  * output overwrites are loaded with !invariant.load, which NVPTX turns into ld.global.nc. */
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
+#include <llvm-c/DebugInfo.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
@@ -459,11 +460,61 @@ static void emit_stores(site *s, int which)
     }
 }
 
+/* A counted loop over i = from, from + step, ... < end with its counter in an alloca; returns
+ * the counter's value in the body. loop_end closes it. */
+typedef struct loop {
+    LLVMValueRef var, i;
+    LLVMValueRef step;
+    LLVMBasicBlockRef head, out;
+    LLVMValueRef back; /* the back-edge branch, once closed */
+} loop;
+
+static void loop_begin(ent *e, loop *l, LLVMValueRef from, LLVMValueRef step, LLVMValueRef end)
+{
+    gen *g = e->g;
+    l->var = entry_alloca(e, g->e.t_i64);
+    l->step = step;
+    LLVMBuildStore(g->e.b, from, l->var);
+    l->head = block(e, "loop");
+    LLVMBasicBlockRef body = block(e, "loop_body");
+    l->out = block(e, "loop_out");
+    LLVMBuildBr(g->e.b, l->head);
+    LLVMPositionBuilderAtEnd(g->e.b, l->head);
+    l->i = LLVMBuildLoad2(g->e.b, g->e.t_i64, l->var, "");
+    LLVMBuildCondBr(g->e.b, LLVMBuildICmp(g->e.b, LLVMIntULT, l->i, end, ""), body, l->out);
+    LLVMPositionBuilderAtEnd(g->e.b, body);
+}
+
+static void loop_end(ent *e, loop *l)
+{
+    gen *g = e->g;
+    LLVMBuildStore(g->e.b, LLVMBuildAdd(g->e.b, l->i, l->step, ""), l->var);
+    l->back = LLVMBuildBr(g->e.b, l->head);
+    LLVMPositionBuilderAtEnd(g->e.b, l->out);
+}
+
+/* Keeps the loop closed by branch br a loop: unrolling it would only grow the code. */
+static void no_unroll(gen *g, LLVMValueRef br)
+{
+    LLVMMetadataRef self = LLVMTemporaryMDNode(g->e.ctx, NULL, 0);
+    LLVMMetadataRef name = LLVMMDStringInContext2(g->e.ctx, "llvm.loop.unroll.disable", 24);
+    LLVMMetadataRef ops[2] = {self, LLVMMDNodeInContext2(g->e.ctx, &name, 1)};
+    LLVMMetadataRef id = LLVMMDNodeInContext2(g->e.ctx, ops, 2);
+    LLVMMetadataReplaceAllUsesWith(self, id);
+    LLVMSetMetadata(br, LLVMGetMDKindIDInContext(g->e.ctx, "llvm.loop", 9), LLVMMetadataAsValue(g->e.ctx, id));
+}
+
+static LLVMValueRef umin64(gen *g, LLVMValueRef a, LLVMValueRef b)
+{
+    return LLVMBuildSelect(g->e.b, LLVMBuildICmp(g->e.b, LLVMIntULT, a, b, ""), a, b, "");
+}
+
 /* ---- Element-wise ------------------------------------------------------------------------
  * Thread t owns positions [t * items, t * items + items). Fast path (the planner's flag: every
  * slot is contiguous over the flattened domain, its base aligned for the vector): one vector
- * load per input and one vector store per output (16 bytes at f32 x 4); general path: each
- * position on its own, indices from the flat position, offsets from the strides. */
+ * load per input and one vector store per output (16 bytes at f32 x 4). General path (any other
+ * layout, and the domain's last thread): a loop over the thread's positions, indices from one
+ * division chain and then stepped, offsets from the strides. */
 
 static bool ew_fast(ent *e, LLVMValueRef p0, LLVMValueRef (*idx)[BURNC_MAX_RANK])
 {
@@ -538,22 +589,32 @@ static bool emit_ew(gen *g)
     bool ok = ew_fast(&e, p0, idx);
     LLVMBuildBr(b, done);
 
+    /* the general path, a loop over the thread's positions: the indices step from one to the
+     * next */
     LLVMPositionBuilderAtEnd(b, slow);
-    for (int it = 0; it < g->items && ok; it++) {
-        LLVMValueRef p = LLVMBuildAdd(b, p0, ki64(g, it), "");
-        LLVMBasicBlockRef one = block(&e, "one"), next = block(&e, "next");
-        LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, p, count, ""), one, next);
-        LLVMPositionBuilderAtEnd(b, one);
-        rowc r;
-        row_at(&e, &r, idx[it]);
-        site s;
-        ok = site_begin(&e, &r, NULL, &s);
-        if (ok)
-            emit_stores(&s, ST_ALL);
-        free(s.val);
-        LLVMBuildBr(b, next);
-        LLVMPositionBuilderAtEnd(b, next);
+    const kir_kernel *k = g->e.k;
+    LLVMValueRef at[BURNC_MAX_RANK];
+    for (int d = 0; d < k->rank; d++) {
+        at[d] = entry_alloca(&e, g->e.t_i64);
+        LLVMBuildStore(b, idx[0][d], at[d]);
     }
+    loop l;
+    loop_begin(&e, &l, p0, ki64(g, 1), umin64(g, LLVMBuildAdd(b, p0, ki64(g, g->items), ""), count));
+    LLVMValueRef cur[BURNC_MAX_RANK] = {0};
+    for (int d = 0; d < k->rank; d++)
+        cur[d] = LLVMBuildLoad2(b, g->e.t_i64, at[d], "");
+    rowc r;
+    row_at(&e, &r, cur);
+    site s;
+    ok = site_begin(&e, &r, NULL, &s) && ok;
+    if (ok)
+        emit_stores(&s, ST_ALL);
+    free(s.val);
+    step_index(&e, cur, k->rank);
+    for (int d = 0; d < k->rank; d++)
+        LLVMBuildStore(b, cur[d], at[d]);
+    loop_end(&e, &l);
+    no_unroll(g, l.back);
     LLVMBuildBr(b, done);
     LLVMPositionBuilderAtEnd(b, done);
     ent_end(&e);
@@ -606,43 +667,6 @@ static void warp_tree(ent *e, int comb, int t, LLVMValueRef *v, LLVMValueRef *p)
         LLVMValueRef rp = arg ? LLVMBuildSelect(b, low, op, *p, "") : NULL;
         cg_combine(&g->e, comb, t, lv, lp, rv, rp, v, p);
     }
-}
-
-/* A counted loop over i = from, from + step, ... < end with its counter in an alloca; returns
- * the counter's value in the body. loop_end closes it. */
-typedef struct loop {
-    LLVMValueRef var, i;
-    LLVMValueRef step;
-    LLVMBasicBlockRef head, out;
-} loop;
-
-static void loop_begin(ent *e, loop *l, LLVMValueRef from, LLVMValueRef step, LLVMValueRef end)
-{
-    gen *g = e->g;
-    l->var = entry_alloca(e, g->e.t_i64);
-    l->step = step;
-    LLVMBuildStore(g->e.b, from, l->var);
-    l->head = block(e, "loop");
-    LLVMBasicBlockRef body = block(e, "loop_body");
-    l->out = block(e, "loop_out");
-    LLVMBuildBr(g->e.b, l->head);
-    LLVMPositionBuilderAtEnd(g->e.b, l->head);
-    l->i = LLVMBuildLoad2(g->e.b, g->e.t_i64, l->var, "");
-    LLVMBuildCondBr(g->e.b, LLVMBuildICmp(g->e.b, LLVMIntULT, l->i, end, ""), body, l->out);
-    LLVMPositionBuilderAtEnd(g->e.b, body);
-}
-
-static void loop_end(ent *e, loop *l)
-{
-    gen *g = e->g;
-    LLVMBuildStore(g->e.b, LLVMBuildAdd(g->e.b, l->i, l->step, ""), l->var);
-    LLVMBuildBr(g->e.b, l->head);
-    LLVMPositionBuilderAtEnd(g->e.b, l->out);
-}
-
-static LLVMValueRef umin64(gen *g, LLVMValueRef a, LLVMValueRef b)
-{
-    return LLVMBuildSelect(g->e.b, LLVMBuildICmp(g->e.b, LLVMIntULT, a, b, ""), a, b, "");
 }
 
 static int stage_type(const kir_kernel *k, int s) { return k->insts[k->stages[s].value].type; }

@@ -154,7 +154,13 @@ static burnc_tensor_t *sgd(burnc_optim_t *o, int i, burnc_tensor_t *w, burnc_ten
     burnc_tensor_t *d = g;
     if (o->momentum != 0) {
         /* the first buffer is g itself: a handle of our own, as the caller's may belong to a scope */
-        burnc_tensor_t *buf = o->s1[i] ? axpy(burnc_mul_scalar(o->s1[i], o->momentum), g, 1.0) : burnc_tensor_detach(g);
+        burnc_tensor_t *buf = burnc_tensor_detach(g);
+        if (o->s1[i]) {
+            burnc_tensor_t *mb = burnc_mul_scalar(o->s1[i], o->momentum);
+            burnc_tensor_release(buf);
+            buf = burnc_add(mb, g);
+            burnc_tensor_release(mb);
+        }
         burnc_tensor_release(o->s1[i]);
         o->s1[i] = buf;
         d = o->nesterov ? axpy(burnc_tensor_retain(g), buf, o->momentum) : burnc_tensor_retain(buf);

@@ -27,6 +27,13 @@ need libsqlite3-dev pkg-config --exists sqlite3
 need libopenblas-dev have_pkg libopenblas-dev
 # LLVM 19: the cpu device's code generator (without it the build has no cpu device).
 need llvm-19-dev command -v llvm-config-19
+# The vulkan device: glslang and SPIRV-Tools (compiled in), the Vulkan headers and loader, and
+# Mesa's lavapipe, a CPU Vulkan device for the tests.
+need glslang-dev test -f /usr/include/glslang/Include/glslang_c_interface.h
+need glslang-tools command -v glslangValidator
+need spirv-tools pkg-config --exists SPIRV-Tools
+need libvulkan-dev test -f /usr/include/vulkan/vulkan.h
+need mesa-vulkan-drivers have_pkg mesa-vulkan-drivers
 
 if ((${#missing[@]})); then
     echo "setup: installing ${missing[*]}"

@@ -443,3 +443,68 @@ Test(vulkan, fma_div_sqrt_equal_kir_eval_bitwise)
     cr_skip_test("burnc was built without the vulkan backend");
 #endif
 }
+
+#if BURNC_HAVE_VULKAN
+/* out = CONVERT(load(in)) stored as to_dt, against kir_eval. */
+static void convert_kernel(burnc_device_t *dev, burnc_dtype_t from_dt, kir_type to, burnc_dtype_t to_dt,
+                           const void *data, int64_t n)
+{
+    kir_kernel k;
+    kir_init(&k, 1, 1);
+    snprintf(k.name, sizeof k.name, "test_convert_%s_%d", ir_dtype_name(from_dt), (int)to);
+    k.n_inputs = 1;
+    k.inputs[0] = (kir_slot){.dtype = from_dt, .stride = {KIR_STRIDE_UNIT}};
+    int32_t x = kir_emit(&k, KIR_LOAD, kir_type_of(from_dt), 0, 0, 0);
+    int32_t c = kir_emit(&k, KIR_CONVERT, to, x, 0, 0);
+    k.n_outputs = 1;
+    k.outputs[0] = (kir_slot){.dtype = to_dt, .stride = {KIR_STRIDE_UNIT}};
+    k.stores[0] = (kir_store){.slot = 0, .value = c};
+    k.n_stores = 1;
+    int64_t zero = 0, one = 1;
+    kir_args a = {.extents = &n, .in_offsets = &zero, .in_strides = &one, .out_offsets = &zero, .out_strides = &one};
+    void *ins[1] = {(void *)data};
+    size_t in_b[1] = {(size_t)n * ir_dtype_size(from_dt)}, out_b[1] = {(size_t)n * ir_dtype_size(to_dt)};
+    void *out = malloc(out_b[0]);
+    void *outs[1] = {out};
+    check_against_eval(dev, &k, &a, ins, in_b, outs, out_b);
+    free(out);
+    kir_free(&k);
+}
+#endif
+
+Test(vulkan, conversions_equal_kir_eval_bitwise)
+{
+#if BURNC_HAVE_VULKAN
+    burnc_device_t *dev = open_vulkan(CPU_SPEC);
+    enum { N = 512 };
+    int64_t *i = malloc(N * sizeof *i);
+    float *f = malloc(N * sizeof *f);
+    uint64_t r = 5;
+    for (int j = 0; j < N; j++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        int64_t base = j < 8 ? ((int64_t)1 << 62) + ((int64_t)1 << 54) + (j & 3) : (int64_t)(r >> (j % 40));
+        i[j] = j == 8 ? INT64_MAX : j == 9 ? INT64_MIN : (j & 1 ? -base : base);
+        f[j] = j == 10 ? NAN : j == 11 ? INFINITY : j == 12 ? -3e9f : ldexpf((float)(int64_t)(r >> 33) - (1ll << 30), (int)(r % 70) - 35);
+    }
+    convert_kernel(dev, BURNC_DTYPE_I64, KIR_F64, BURNC_DTYPE_F64, i, N);
+    convert_kernel(dev, BURNC_DTYPE_I64, KIR_F32, BURNC_DTYPE_F32, i, N);
+    convert_kernel(dev, BURNC_DTYPE_I64, KIR_I64, BURNC_DTYPE_BF16, i, N);
+    convert_kernel(dev, BURNC_DTYPE_F32, KIR_I32, BURNC_DTYPE_I32, f, N);
+    convert_kernel(dev, BURNC_DTYPE_F32, KIR_I64, BURNC_DTYPE_I64, f, N);
+    convert_kernel(dev, BURNC_DTYPE_F32, KIR_U8, BURNC_DTYPE_U8, f, N);
+    convert_kernel(dev, BURNC_DTYPE_F32, KIR_F32, BURNC_DTYPE_F16, f, N);
+    convert_kernel(dev, BURNC_DTYPE_F32, KIR_F64, BURNC_DTYPE_F64, f, N);
+    double *d = malloc(N * sizeof *d);
+    for (int j = 0; j < N; j++)
+        d[j] = (double)i[j];
+    convert_kernel(dev, BURNC_DTYPE_F64, KIR_I64, BURNC_DTYPE_I64, d, N);
+    convert_kernel(dev, BURNC_DTYPE_F64, KIR_F32, BURNC_DTYPE_F32, d, N);
+    free(d);
+    free(i);
+    free(f);
+    burnc_device_release(dev);
+    BT_LEAK_CHECK();
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
+}
