@@ -198,6 +198,7 @@ static const struct workload {
     {"layer_norm", "burnc_layer_norm over the rows of 4096x4096 f32 (mean, sub, mul, mean, add, sqrt, div)",
      run_layer_norm, false},
     {"sum", "sum of 2^25 f32", run_sum, false},
+    {"colsum", "sum over axis 0 (the batch axis) of x * w, 4096x1024 f32", run_colsum, false},
     {"bcast", "10 element-wise ops on 4096x4096 f32 with [4096] and [4096,1] operands", run_bcast, false},
     {"small_ops", "20 small ops (10x mul+add) on 4096 f32: host time per iteration, sync included", run_small_ops, false},
     {"matmul_1024", "f32 matmul 1024x1024 @ 1024x1024 against OpenBLAS cblas_sgemm, same run, same threads",

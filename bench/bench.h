@@ -148,6 +148,7 @@ int run_gelu(bench_ctx *ctx, bench_result *out);
 int run_softmax(bench_ctx *ctx, bench_result *out);
 int run_layer_norm(bench_ctx *ctx, bench_result *out);
 int run_sum(bench_ctx *ctx, bench_result *out);
+int run_colsum(bench_ctx *ctx, bench_result *out);
 int run_bcast(bench_ctx *ctx, bench_result *out);
 int run_small_ops(bench_ctx *ctx, bench_result *out);
 int run_first_call(bench_ctx *ctx, bench_result *out); /* process.c */

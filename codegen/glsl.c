@@ -374,7 +374,12 @@ static void inst_expr(emitter *e, sb *b, int i)
         else
             sb_printf(b, "%s", a);
         break;
-    case KIR_SQRT: sb_printf(b, "sqrt(%s)", a); break;
+    case KIR_SQRT:
+        if (t == KIR_F32 && !e->opt.no_f64)
+            sb_printf(b, "float(sqrt(double(%s)))", a); /* correctly rounded: see helper_fma_f32 */
+        else
+            sb_printf(b, "sqrt(%s)", a);
+        break;
     case KIR_FLOOR: sb_printf(b, "floor(%s)", a); break;
     case KIR_CEIL: sb_printf(b, "ceil(%s)", a); break;
     case KIR_TRUNC: sb_printf(b, "trunc(%s)", a); break;
@@ -393,7 +398,9 @@ static void inst_expr(emitter *e, sb *b, int i)
         break;
     case KIR_DIV:
     case KIR_REM:
-        if (is_fp(t) && in->op == KIR_DIV) {
+        if (t == KIR_F32 && in->op == KIR_DIV && !e->opt.no_f64) {
+            sb_printf(b, "float(double(%s) / double(%s))", a, bb);
+        } else if (is_fp(t) && in->op == KIR_DIV) {
             sb_printf(b, "%s / %s", a, bb);
         } else if (is_fp(t)) {
             e->helpers |= H_FMOD;
@@ -858,7 +865,12 @@ static const char helper_fmod_f64[] =
     "  return uint64BitsToDouble(bits | sx);\n"
     "}\n";
 
-/* fma rounded once, where the device's own may be a product and a sum (Vulkan allows that, and
+/* f32 division and square root go through f64 where the device has it: Vulkan lets f32 division
+ * be off by 2.5 ulps and sqrt by more, but an f32 quotient or root is never within 2^-49 (relative)
+ * of an f32 rounding boundary unless it lies on it, so an f64 result good to a few f64 ulps rounds
+ * to the correctly rounded f32.
+ *
+ * fma rounded once, where the device's own may be a product and a sum (Vulkan allows that, and
  * lavapipe does it). f32: the product is exact in f64; the f64 sum is made round-to-odd from
  * its TwoSum error, so its rounding to f32 is the single correct one. f64: Dekker's exact
  * product, then the same round-to-odd on the low parts; outside the range where the split is
@@ -948,6 +960,13 @@ static void emit_head(emitter *e, sb *b)
     if (e->uses_16bit)
         sb_printf(b, "#extension GL_EXT_shader_16bit_storage : require\n"
                      "#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require\n");
+    if (e->opt.denorm32 || (e->opt.denorm64 && e->uses_f64))
+        sb_printf(b, "#extension GL_EXT_spirv_intrinsics : require\n");
+    /* DenormPreserve (SPV_KHR_float_controls): DESIGN.md keeps denormals where the device can */
+    if (e->opt.denorm32)
+        sb_printf(b, "spirv_execution_mode(extensions = [\"SPV_KHR_float_controls\"], capabilities = [4464], 4459, 32);\n");
+    if (e->opt.denorm64 && e->uses_f64)
+        sb_printf(b, "spirv_execution_mode(extensions = [\"SPV_KHR_float_controls\"], capabilities = [4464], 4459, 64);\n");
     sb_printf(b, "// %s\n", k->name);
     sb_printf(b, "layout(local_size_x = %d) in;\n", e->opt.wg_size);
     sb_printf(b, "layout(std430, set = 0, binding = 0) readonly buffer Args { int64_t w[]; } A;\n");
@@ -1021,6 +1040,106 @@ char *cg_glsl_emit(const kir_kernel *k, const cg_glsl_options *opt)
     free(need);
     free(list);
     return out;
+}
+
+/* ---- Matmul ---- */
+
+/* Argument words of cg_glsl_matmul's shader: M, N, K, batches, then the output's batch extents,
+ * then A's offset and strides, then B's (BURNC_MAX_RANK slots each). */
+enum { MM_BATCH = 4, MM_A = MM_BATCH + BURNC_MAX_RANK, MM_B = MM_A + 1 + BURNC_MAX_RANK, MM_WORDS = MM_B + 1 + BURNC_MAX_RANK };
+
+size_t cg_glsl_matmul_words(void) { return MM_WORDS; }
+
+void cg_glsl_matmul_pack(int rank, const int64_t *out_shape, int64_t k, int64_t a_off, const int64_t *a_strides,
+                         int64_t b_off, const int64_t *b_strides, int64_t *w)
+{
+    memset(w, 0, MM_WORDS * sizeof *w);
+    w[0] = out_shape[rank - 2];
+    w[1] = out_shape[rank - 1];
+    w[2] = k;
+    w[3] = 1;
+    for (int d = 0; d < rank - 2; d++) {
+        w[MM_BATCH + d] = out_shape[d];
+        w[3] *= out_shape[d];
+    }
+    w[MM_A] = a_off;
+    w[MM_B] = b_off;
+    for (int d = 0; d < rank; d++) {
+        w[MM_A + 1 + d] = a_strides[d];
+        w[MM_B + 1 + d] = b_strides[d];
+    }
+}
+
+char *cg_glsl_matmul(burnc_dtype_t dt, int rank, const cg_glsl_options *opt)
+{
+    kir_kernel none = {.name = "matmul"};
+    emitter e = {.k = &none, .opt = cg_glsl_resolve(opt)};
+    bool narrow = dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16, f64 = dt == BURNC_DTYPE_F64;
+    e.uses_16bit = narrow;
+    e.uses_f64 = f64;
+    e.helpers = H_FMA | (narrow ? H_NARROW : 0);
+    const char *T = mem_type(dt), *C = f64 ? "double" : "float", *fma = f64 ? "fma_f64" : "fma_f32";
+    int fmt = dt == BURNC_DTYPE_BF16;
+    sb head = {0}, *b = &e.body;
+    /* The same fma chain per element as the cpu device (include/burnc.h): k in increasing order
+     * from +0.0, each step rounded once; tiles only change where the operands are read from. */
+    sb_printf(b, "shared %s ta[16][17];\nshared %s tb[16][17];\n", C, C);
+    sb_printf(b, "%s ld_a(int64_t i) { return %s; }\n", C,
+              narrow ? (fmt ? "uintBitsToFloat(uint(a.v[uint(i)]) << 16)" : "h_widen(uint(a.v[uint(i)]), 0)")
+                     : "a.v[uint(i)]");
+    sb_printf(b, "%s ld_b(int64_t i) { return %s; }\n", C,
+              narrow ? (fmt ? "uintBitsToFloat(uint(bm.v[uint(i)]) << 16)" : "h_widen(uint(bm.v[uint(i)]), 0)")
+                     : "bm.v[uint(i)]");
+    sb_printf(b, "void main() {\n"
+                 "  int64_t M = A.w[0], N = A.w[1], K = A.w[2], NB = A.w[3];\n"
+                 "  uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;\n"
+                 "  int64_t j = int64_t(gl_WorkGroupID.x) * 16l + int64_t(tx), i = int64_t(gl_WorkGroupID.y) * 16l + int64_t(ty);\n"
+                 "  for (int64_t bt = int64_t(gl_WorkGroupID.z); bt < NB; bt += int64_t(gl_NumWorkGroups.z)) {\n"
+                 "    int64_t abase = A.w[%d], bbase = A.w[%d], q = bt;\n", MM_A, MM_B);
+    for (int d = rank - 3; d >= 0; d--)
+        sb_printf(b, "    { int64_t x = q %% A.w[%d]; q /= A.w[%d]; abase += x * A.w[%d]; bbase += x * A.w[%d]; }\n",
+                  MM_BATCH + d, MM_BATCH + d, MM_A + 1 + d, MM_B + 1 + d);
+    sb_printf(b, "    int64_t sam = A.w[%d], sak = A.w[%d], sbk = A.w[%d], sbn = A.w[%d];\n", MM_A + 1 + rank - 2,
+              MM_A + 1 + rank - 1, MM_B + 1 + rank - 2, MM_B + 1 + rank - 1);
+    sb_printf(b, "    %s acc = %s(0);\n"
+                 "    for (int64_t k0 = 0l; k0 < K; k0 += 16l) {\n"
+                 "      ta[ty][tx] = (i < M && k0 + int64_t(tx) < K) ? ld_a(abase + i * sam + (k0 + int64_t(tx)) * sak) : %s(0);\n"
+                 "      tb[ty][tx] = (j < N && k0 + int64_t(ty) < K) ? ld_b(bbase + (k0 + int64_t(ty)) * sbk + j * sbn) : %s(0);\n"
+                 "      barrier();\n"
+                 "      int kn = int(min(16l, K - k0));\n"
+                 "      for (int kk = 0; kk < kn; kk++) acc = %s(ta[ty][kk], tb[kk][tx], acc);\n"
+                 "      barrier();\n"
+                 "    }\n"
+                 "    if (i < M && j < N) c.v[uint((bt * M + i) * N + j)] = ",
+              C, C, C, C, fma);
+    if (narrow)
+        sb_printf(b, "uint16_t(h_from_f32(acc, %d));\n", fmt);
+    else
+        sb_printf(b, "acc;\n");
+    sb_printf(b, "  }\n}\n");
+    /* the head: like emit_head's, with the matmul's bindings */
+    sb_printf(&head, "#version 450\n#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n");
+    if (narrow)
+        sb_printf(&head, "#extension GL_EXT_shader_16bit_storage : require\n"
+                         "#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require\n");
+    sb_printf(&head, "// matmul %s rank %d\nlayout(local_size_x = 16, local_size_y = 16) in;\n"
+                     "layout(std430, set = 0, binding = 0) readonly buffer Args { int64_t w[]; } A;\n"
+                     "layout(std430, set = 0, binding = 1) readonly buffer In0 { %s v[]; } a;\n"
+                     "layout(std430, set = 0, binding = 2) readonly buffer In1 { %s v[]; } bm;\n"
+                     "layout(std430, set = 0, binding = 3) writeonly buffer Out { %s v[]; } c;\n",
+              ir_dtype_name(dt), rank, T, T, T);
+    if (narrow)
+        sb_printf(&head, "%s", helper_narrow);
+    sb_printf(&head, "%s%s", e.opt.no_f64 ? "float fma_f32(float a, float b, float c) { return fma(a, b, c); }\n"
+                                          : helper_fma_f32, f64 ? helper_fma_f64 : "");
+    sb_printf(&head, "%s", b->s ? b->s : "");
+    free(b->s);
+    if (b->oom || head.oom) {
+        free(head.s);
+        rt_fail(BURNC_ERR_OUT_OF_MEMORY, "glsl: out of memory for a matmul shader");
+        return NULL;
+    }
+    return head.s;
 }
 
 /* ---- glslang and SPIRV-Tools ---- */

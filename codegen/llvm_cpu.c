@@ -20,7 +20,9 @@
  * in steps of 16 lanes (8 without AVX-512) then a scalar tail, reduction stages in steps of
  * KIR_LANES lanes, one lane per accumulator lane; UNIT strides become contiguous vector loads
  * and stores, ANY strides gathers. Those loops are marked so that the loop vectorizer leaves
- * them alone (it would add a third copy of the body and little else). */
+ * them alone (it would add a third copy of the body and little else). A reduction whose inputs
+ * are contiguous across rows rather than along them runs groups of rows with one vector lane
+ * per row instead ("Columns"). */
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/DebugInfo.h>
@@ -46,7 +48,7 @@
 
 #define CG_EXPORT __attribute__((visibility("default")))
 
-enum { W = KIR_LANES, LEAF_SHIFT = 12, STACK_DEPTH = 64, STASH_MAX = 16384, STASH_VALUES = 2 };
+enum { W = KIR_LANES, LEAF_SHIFT = 12, STACK_DEPTH = 64, STASH_MAX = 16384, STASH_VALUES = 2, COLS = KIR_LANES };
 _Static_assert(KIR_LEAF == 1 << LEAF_SHIFT, "leaf size is a power of two");
 
 /* ---- Errors and timings ------------------------------------------------------------------ */
@@ -96,9 +98,11 @@ typedef struct gen {
     LLVMValueRef store_scope[KIR_MAX_OUTPUTS], store_noalias[KIR_MAX_OUTPUTS];
     bool has_elem, has_row;
     LLVMTypeRef leaf_ty, elem_ty, finish_ty;
-    LLVMValueRef leaf_fn[KIR_MAX_STAGES], elem_fn, finish_fn;
+    LLVMValueRef leaf_fn[KIR_MAX_STAGES], elem_fn, finish_fn, cols_elem_fn;
     int n_stash;                 /* values the last stage keeps for the element stores */
     int32_t stash[STASH_VALUES]; /* their instructions */
+    bool cols;                   /* stages also run COLS adjacent rows at once (see "Columns") */
+    LLVMValueRef cols_fn[KIR_MAX_STAGES];
 } gen;
 
 /* ---- Constants and small builders -------------------------------------------------------- */
@@ -193,6 +197,7 @@ struct fnc {
     LLVMValueRef jbase; /* row position = jbase + k in the element-store loops */
     const uint8_t *cut; /* instructions read from the stash instead of computed, or NULL */
     bool prefetch;      /* the leaf steps prefetch the next row's inputs */
+    bool cols;          /* vector lanes are COLS adjacent rows (the last outer axis), not positions */
 };
 
 static LLVMBasicBlockRef block(fnc *c, const char *name)
@@ -355,6 +360,8 @@ static void analyze(fnc *c, const int32_t *roots, int n_roots)
             l = slot_level(c, &k->inputs[in->a]);
         else if (in->op == KIR_INDEX)
             l = c->axis_level[in->a];
+        else if (in->op == KIR_REDUCED && c->cols)
+            l = 2; /* one result per row, so one per lane */
         const int32_t ops[3] = {in->a, in->b, in->c};
         for (int j = 0; j < n_operands(in->op); j++)
             if (c->level[ops[j]] > l)
@@ -401,6 +408,42 @@ static LLVMValueRef operand(fnc *c, int j, int w)
     return c->spl[j];
 }
 
+/* A load at reduced position kin (inner axis) for w adjacent rows: lanes step along the last
+ * outer axis from the group's first row (idx), so a UNIT stride there is one vector load. */
+static LLVMValueRef emit_load_cols(fnc *c, int slot, int w)
+{
+    gen *g = c->g;
+    LLVMBuilderRef b = g->e.b;
+    const kir_kernel *k = g->e.k;
+    int o = k->n_outer - 1;
+    burnc_dtype_t dt = k->inputs[slot].dtype;
+    LLVMTypeRef mt = cg_mem_ty(&g->e, dt);
+    LLVMValueRef off = c->in_off[1][slot], si = c->in_stride[slot][c->inner], so = c->in_stride[slot][o];
+    if (si)
+        off = LLVMBuildAdd(b, off, LLVMBuildMul(b, c->kin, si, ""), "");
+    LLVMValueRef raw;
+    if (!so) {
+        raw = LLVMBuildLoad2(b, mt, LLVMBuildGEP2(b, mt, c->in_base[slot], &off, 1, ""), "");
+        LLVMSetAlignment(raw, cg_mem_align(dt));
+        tag(g, raw, g->load_scope, g->load_noalias);
+        return splat(g, cg_from_mem(&g->e, raw, dt, 1), w);
+    }
+    off = LLVMBuildAdd(b, off, LLVMBuildMul(b, c->idx[o], so, ""), "");
+    if (k->inputs[slot].stride[o] == KIR_STRIDE_UNIT) {
+        raw = LLVMBuildLoad2(b, vty(mt, w), LLVMBuildGEP2(b, mt, c->in_base[slot], &off, 1, ""), "");
+        LLVMSetAlignment(raw, cg_mem_align(dt));
+    } else {
+        LLVMValueRef offs = LLVMBuildAdd(b, splat(g, off, w), LLVMBuildMul(b, iota(g, w), splat(g, so, w), ""), "");
+        LLVMValueRef ptrs = LLVMBuildGEP2(b, mt, c->in_base[slot], &offs, 1, "");
+        LLVMTypeRef tys[2] = {vty(mt, w), LLVMTypeOf(ptrs)};
+        LLVMValueRef args[4] = {ptrs, LLVMConstInt(g->e.t_i32, cg_mem_align(dt), 0), kint(g->e.t_i1, 1, w),
+                                LLVMGetPoison(vty(mt, w))};
+        raw = cg_call_intrinsic(&g->e, "llvm.masked.gather", tys, 2, args, 4);
+    }
+    tag(g, raw, g->load_scope, g->load_noalias);
+    return cg_from_mem(&g->e, raw, dt, w);
+}
+
 static LLVMValueRef emit_load(fnc *c, int slot, int lvl, int w)
 {
     gen *g = c->g;
@@ -408,6 +451,8 @@ static LLVMValueRef emit_load(fnc *c, int slot, int lvl, int w)
     burnc_dtype_t dt = g->e.k->inputs[slot].dtype;
     LLVMTypeRef mt = cg_mem_ty(&g->e, dt);
     LLVMValueRef raw;
+    if (c->cols && lvl == 2)
+        return emit_load_cols(c, slot, w);
     if (lvl < 2 || w == 1) {
         LLVMValueRef off = c->in_off[lvl < 2 ? lvl : 1][slot];
         if (lvl == 2)
@@ -532,6 +577,10 @@ static LLVMValueRef emit_inst(fnc *c, int i, int w)
     case KIR_INDEX:
         if (c->level[i] < 2)
             return c->idx[in->a];
+        if (c->cols && in->a != c->inner)
+            return LLVMBuildAdd(g->e.b, splat(g, c->idx[in->a], w), iota(g, w), "");
+        if (c->cols)
+            return splat(g, c->kin, w);
         return w == 1 ? c->kin : LLVMBuildAdd(g->e.b, splat(g, c->kin, w), iota(g, w), "");
     case KIR_EXTENT: return c->extent[in->a];
     case KIR_ROW_LEN: return c->row_len;
@@ -1104,35 +1153,269 @@ static LLVMValueRef gep1(gen *g, LLVMTypeRef t, LLVMValueRef base, LLVMValueRef 
     return LLVMBuildGEP2(g->e.b, t, base, &i, 1, "");
 }
 
+/* ---- Columns -----------------------------------------------------------------------------
+ * A reduction over an axis that is not contiguous in memory (a sum over the batch axis) would
+ * gather its 32 positions one element per row. When the stages' inputs are contiguous along
+ * the last outer axis instead, the rows function also runs COLS adjacent rows at once: every
+ * value is a vector over those rows, and each of the 32 accumulator lanes of kernel.h becomes a
+ * vector of COLS row accumulators (acc[lane][row]), kept in a small array indexed by the
+ * position's lane. Each row's values still meet its accumulators in increasing position order
+ * from the identity, and the lane and leaf trees run element-wise on those vectors, so every
+ * row gets the same bits as alone. Rows that do not fill a group run one by one. */
+
+/* Entry work of a function over COLS rows from param 1 (args: param 0; the rows' earlier stage
+ * results: `red`): the results of stages [0, n_reduced) as vectors over the rows. */
+static void cols_entry(fnc *c, LLVMValueRef red, int n_reduced)
+{
+    gen *g = c->g;
+    const kir_kernel *k = g->e.k;
+    c->cols = true;
+    load_launch(c, LLVMGetParam(c->fn, 0));
+    decompose(c, LLVMGetParam(c->fn, 1), 0, k->n_outer, c->idx, NULL);
+    for (int r = 0; r < n_reduced; r++) {
+        int tr = is_arg_comb(k->stages[r].combiner) ? KIR_I64 : stage_type(k, r);
+        LLVMValueRef v = LLVMGetPoison(vty(cg_ty_of(&g->e, tr), COLS));
+        for (int i = 0; i < COLS; i++)
+            v = LLVMBuildInsertElement(g->e.b, v, scalar_in(g, red, (int64_t)i * KIR_MAX_STAGES + r, tr),
+                                       LLVMConstInt(g->e.t_i32, (unsigned long long)i, 0), "");
+        c->reduced[r] = v;
+    }
+    slot_offsets(c, 0);
+    emit_level(c, 0, 1);
+}
+
+/* The element stores at reduced position kin of COLS rows: one vector store where the output is
+ * contiguous along the rows, else lane by lane in row order (what the rows one by one leave). */
+static void body_cols_stores(fnc *c, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef p0)
+{
+    gen *g = c->g;
+    LLVMBuilderRef b = g->e.b;
+    const kir_kernel *k = g->e.k;
+    int o = k->n_outer - 1;
+    (void)p0;
+    loop_ctl l;
+    c->kin = loop_open(c, &l, k0, k1);
+    memset(c->spl, 0, (size_t)k->n_insts * sizeof *c->spl);
+    emit_level(c, 2, COLS);
+    for (int s = 0; s < k->n_stores; s++) {
+        const kir_store *st = &k->stores[s];
+        if (st->row)
+            continue;
+        int slot = st->slot;
+        LLVMValueRef v = cg_to_mem(&g->e, operand(c, st->value, COLS), k->insts[st->value].type,
+                                   k->outputs[slot].dtype, COLS);
+        LLVMValueRef off = c->out_off[1][slot], si = c->out_stride[slot][c->inner], so = c->out_stride[slot][o];
+        if (si)
+            off = LLVMBuildAdd(b, off, LLVMBuildMul(b, c->kin, si, ""), "");
+        if (so)
+            off = LLVMBuildAdd(b, off, LLVMBuildMul(b, c->idx[o], so, ""), "");
+        if (k->outputs[slot].stride[o] == KIR_STRIDE_UNIT) {
+            store_at(c, slot, v, off);
+            continue;
+        }
+        for (int lane = 0; lane < COLS; lane++) {
+            LLVMValueRef li = LLVMConstInt(g->e.t_i64, (unsigned long long)lane, 0);
+            LLVMValueRef at = so ? LLVMBuildAdd(b, off, LLVMBuildMul(b, li, so, ""), "") : off;
+            store_at(c, slot, LLVMBuildExtractElement(b, v, LLVMBuildTrunc(b, li, g->e.t_i32, ""), ""), at);
+        }
+    }
+    loop_close(c, &l);
+}
+
+/* cols_elem(args, row, reduced, stash): the element stores of COLS rows from `row`. */
+static void build_cols_elem_fn(gen *g)
+{
+    const kir_kernel *k = g->e.k;
+    fnc c;
+    g->cols_elem_fn = fn_begin(g, &c, "burnc_cols_elem", g->elem_ty, true);
+    if (!fn_ok(&c))
+        goto done;
+    c.cols = true;
+    row_axis_levels(&c);
+    c.axis_level[k->n_outer - 1] = 2;
+    int32_t roots[KIR_MAX_OUTPUTS];
+    analyze(&c, roots, collect_stores(k, false, false, roots));
+    cols_entry(&c, LLVMGetParam(c.fn, 2), k->n_stages);
+    run_loop(&c, k->n_outer, LLVMConstInt(g->e.t_i64, 0, 0), c.row_len, body_cols_stores);
+    LLVMBuildRetVoid(g->e.b);
+done:
+    fn_end(&c);
+}
+
+/* Prefetches the rows' inputs COLS_AHEAD reduced positions ahead: each position's vector lies
+ * a row length away from the last, a stride the hardware prefetchers do not follow. Prefetches
+ * never fault, so addresses past the end are harmless. */
+enum { COLS_AHEAD = 16 };
+static void prefetch_cols(fnc *c)
+{
+    gen *g = c->g;
+    const kir_kernel *k = g->e.k;
+    LLVMBuilderRef b = g->e.b;
+    LLVMTypeRef pty = g->e.t_ptr;
+    int o = k->n_outer - 1;
+    for (int s = 0; s < k->n_inputs; s++) {
+        LLVMValueRef si = c->in_stride[s][c->inner];
+        if (k->inputs[s].stride[o] != KIR_STRIDE_UNIT || !si)
+            continue;
+        bool used = false;
+        for (int i = 0; i < k->n_insts && !used; i++)
+            used = c->need[i] && k->insts[i].op == KIR_LOAD && k->insts[i].a == s && c->level[i] == 2;
+        if (!used)
+            continue;
+        LLVMTypeRef mt = cg_mem_ty(&g->e, k->inputs[s].dtype);
+        LLVMValueRef ahead = LLVMBuildAdd(b, c->kin, LLVMConstInt(g->e.t_i64, COLS_AHEAD, 0), "");
+        LLVMValueRef off = LLVMBuildAdd(b, c->in_off[1][s], LLVMBuildMul(b, ahead, si, ""), "");
+        off = LLVMBuildAdd(b, off, c->idx[o], "");
+        int per_line = 64 / (int)cg_mem_align(k->inputs[s].dtype);
+        for (int e = 0; e < COLS; e += per_line) {
+            LLVMValueRef at = LLVMBuildAdd(b, off, LLVMConstInt(g->e.t_i64, (unsigned long long)e, 0), "");
+            LLVMValueRef args[4] = {LLVMBuildGEP2(b, mt, c->in_base[s], &at, 1, ""), LLVMConstInt(g->e.t_i32, 0, 0),
+                                    LLVMConstInt(g->e.t_i32, 3, 0), LLVMConstInt(g->e.t_i32, 1, 0)};
+            cg_call_intrinsic(&g->e, "llvm.prefetch", &pty, 1, args, 4);
+        }
+    }
+}
+
+/* One reduced position of a leaf, run [k0, k1) from flat position p0, for COLS rows. */
+static void body_cols(fnc *c, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef p0)
+{
+    gen *g = c->g;
+    LLVMBuilderRef b = g->e.b;
+    const kir_stage *st = &g->e.k->stages[c->stage];
+    int comb = st->combiner, t = g->e.k->insts[st->value].type;
+    LLVMTypeRef vt = vty(cg_ty_of(&g->e, t), COLS), pt = vty(g->e.t_i64, COLS);
+    loop_ctl l;
+    LLVMValueRef kk = loop_open(c, &l, k0, k1);
+    LLVMValueRef pos = LLVMBuildAdd(b, p0, LLVMBuildSub(b, kk, k0, ""), "");
+    LLVMValueRef lane = LLVMBuildAnd(b, pos, LLVMConstInt(g->e.t_i64, W - 1, 0), "");
+    c->kin = kk;
+    prefetch_cols(c);
+    memset(c->spl, 0, (size_t)g->e.k->n_insts * sizeof *c->spl);
+    emit_level(c, 2, COLS);
+    LLVMValueRef v = operand(c, st->value, COLS);
+    LLVMValueRef ap = gep1(g, vt, c->acc, lane), pp = NULL, acc = LLVMBuildLoad2(b, vt, ap, ""), accp = NULL;
+    if (is_arg_comb(comb)) {
+        pp = gep1(g, pt, c->accp, lane);
+        accp = LLVMBuildLoad2(b, pt, pp, "");
+    }
+    cg_combine(&g->e, comb, t, acc, accp, v, pp ? splat(g, pos, COLS) : NULL, &acc, &accp);
+    LLVMBuildStore(b, acc, ap);
+    if (pp)
+        LLVMBuildStore(b, accp, pp);
+    loop_close(c, &l);
+}
+
+/* cols_s(args, row, leaf, reduced, out_value, out_pos): leaf `leaf` of stage s for rows
+ * row .. row + COLS - 1 (one run of the last outer axis); reduced holds their earlier stage
+ * results, KIR_MAX_STAGES per row; the outputs are vectors over the rows. */
+static void build_cols_fn(gen *g, int s)
+{
+    const kir_kernel *k = g->e.k;
+    fnc c;
+    char name[32];
+    snprintf(name, sizeof name, "burnc_cols%d", s);
+    g->cols_fn[s] = fn_begin(g, &c, name, g->leaf_ty, true);
+    if (!fn_ok(&c))
+        goto done;
+    LLVMBuilderRef b = g->e.b;
+    int o = k->n_outer - 1, comb = k->stages[s].combiner, t = stage_type(k, s);
+    c.stage = s;
+    c.cols = true;
+    row_axis_levels(&c);
+    c.axis_level[o] = 2;
+    analyze(&c, &k->stages[s].value, 1);
+    LLVMValueRef leaf = LLVMGetParam(c.fn, 2);
+    cols_entry(&c, LLVMGetParam(c.fn, 3), s);
+
+    bool arg = is_arg_comb(comb);
+    LLVMTypeRef vt = vty(cg_ty_of(&g->e, t), COLS), pt = vty(g->e.t_i64, COLS);
+    c.acc = entry_alloca(&c, LLVMArrayType(vt, W));
+    c.accp = arg ? entry_alloca(&c, LLVMArrayType(pt, W)) : NULL;
+    for (int i = 0; i < W; i++) {
+        LLVMValueRef li = LLVMConstInt(g->e.t_i64, (unsigned long long)i, 0);
+        LLVMBuildStore(b, cg_identity(&g->e, comb, t, COLS), gep1(g, vt, c.acc, li));
+        if (arg)
+            LLVMBuildStore(b, kint(g->e.t_i64, INT64_MAX, COLS), gep1(g, pt, c.accp, li));
+    }
+    LLVMValueRef lb = LLVMBuildShl(b, leaf, LLVMConstInt(g->e.t_i64, LEAF_SHIFT, 0), "");
+    LLVMValueRef le = umin(g, LLVMBuildAdd(b, lb, LLVMConstInt(g->e.t_i64, KIR_LEAF, 0), ""), c.row_len);
+    run_loop(&c, k->n_outer, lb, le, body_cols);
+
+    /* kernel.h's lane tree, lane 2i with 2i+1, on whole row vectors. */
+    LLVMValueRef v[W], p[W] = {0};
+    for (int i = 0; i < W; i++) {
+        LLVMValueRef li = LLVMConstInt(g->e.t_i64, (unsigned long long)i, 0);
+        v[i] = LLVMBuildLoad2(b, vt, gep1(g, vt, c.acc, li), "");
+        if (arg)
+            p[i] = LLVMBuildLoad2(b, pt, gep1(g, pt, c.accp, li), "");
+    }
+    for (int n = W; n > 1; n /= 2)
+        for (int i = 0; i < n / 2; i++)
+            cg_combine(&g->e, comb, t, v[2 * i], p[2 * i], v[2 * i + 1], p[2 * i + 1], &v[i], &p[i]);
+    LLVMBuildStore(b, v[0], LLVMGetParam(c.fn, 4));
+    if (arg)
+        LLVMBuildStore(b, p[0], LLVMGetParam(c.fn, 5));
+    LLVMBuildRetVoid(b);
+done:
+    fn_end(&c);
+}
+
+/* Whether the stages read more inputs contiguously along the last outer axis (and strided
+ * along the inner reduced one) than contiguously along the inner reduced axis. */
+static bool choose_cols(const kir_kernel *k)
+{
+    if (k->n_stages == 0 || k->n_outer == 0 || k->n_outer == k->rank || k->n_insts == 0)
+        return false;
+    uint8_t *need = calloc((size_t)k->n_insts, 1);
+    if (!need)
+        return false;
+    int32_t roots[KIR_MAX_STAGES];
+    for (int s = 0; s < k->n_stages; s++)
+        roots[s] = k->stages[s].value;
+    mark_needed(k, roots, k->n_stages, NULL, need);
+    int o = k->n_outer - 1, inner = k->rank - 1, across = 0, along = 0;
+    for (int i = 0; i < k->n_insts; i++) {
+        if (!need[i] || k->insts[i].op != KIR_LOAD)
+            continue;
+        const uint8_t *st = k->inputs[k->insts[i].a].stride;
+        along += st[inner] == KIR_STRIDE_UNIT;
+        across += st[inner] == KIR_STRIDE_ANY && st[o] == KIR_STRIDE_UNIT;
+    }
+    free(need);
+    return across > along;
+}
+
 /* Stage s of `row` into reduced[s]: the leaves in order, combined by the pairwise tree with
  * an explicit stack (push each leaf, merge while the count of leaves so far is even: the same
- * tree as kernel.h's level-by-level one, odd last elements carried up). */
-static void emit_stage(fnc *c, int s, LLVMValueRef args, LLVMValueRef row, LLVMValueRef reduced, LLVMValueRef stash)
+ * tree as kernel.h's level-by-level one, odd last elements carried up). With w == COLS, of the
+ * COLS rows from `row` at once (reduced: KIR_MAX_STAGES results per row), element-wise. */
+static void emit_stage(fnc *c, int s, LLVMValueRef args, LLVMValueRef row, LLVMValueRef reduced, LLVMValueRef stash,
+                       int w)
 {
     gen *g = c->g;
     LLVMBuilderRef b = g->e.b;
     const kir_kernel *k = g->e.k;
     int comb = k->stages[s].combiner, t = stage_type(k, s);
     bool arg = is_arg_comb(comb);
-    LLVMTypeRef et = cg_ty_of(&g->e, t);
+    LLVMTypeRef et = vty(cg_ty_of(&g->e, t), w), pt = vty(g->e.t_i64, w);
     LLVMValueRef sv = entry_alloca(c, LLVMArrayType(et, STACK_DEPTH));
-    LLVMValueRef sp_pos = entry_alloca(c, LLVMArrayType(g->e.t_i64, STACK_DEPTH));
-    LLVMValueRef sp = entry_alloca(c, g->e.t_i64), rv = entry_alloca(c, et), rp = entry_alloca(c, g->e.t_i64);
-    LLVMValueRef tv = entry_alloca(c, et), tp = entry_alloca(c, g->e.t_i64), tmem = entry_alloca(c, g->e.t_i64);
+    LLVMValueRef sp_pos = entry_alloca(c, LLVMArrayType(pt, STACK_DEPTH));
+    LLVMValueRef sp = entry_alloca(c, g->e.t_i64), rv = entry_alloca(c, et), rp = entry_alloca(c, pt);
+    LLVMValueRef tv = entry_alloca(c, et), tp = entry_alloca(c, pt), tmem = entry_alloca(c, g->e.t_i64);
     LLVMValueRef one = LLVMConstInt(g->e.t_i64, 1, 0), two = LLVMConstInt(g->e.t_i64, 2, 0);
     LLVMBuildStore(b, LLVMConstInt(g->e.t_i64, 0, 0), sp);
-    LLVMBuildStore(b, cg_identity(&g->e, comb, t, 1), rv);
-    LLVMBuildStore(b, LLVMConstInt(g->e.t_i64, INT64_MAX, 0), rp);
+    LLVMBuildStore(b, cg_identity(&g->e, comb, t, w), rv);
+    LLVMBuildStore(b, kint(g->e.t_i64, INT64_MAX, w), rp);
     LLVMValueRef n_leaves = LLVMBuildLShr(b, LLVMBuildAdd(b, c->row_len, LLVMConstInt(g->e.t_i64, KIR_LEAF - 1, 0), ""),
                                           LLVMConstInt(g->e.t_i64, LEAF_SHIFT, 0), "");
 
     loop_ctl leaves;
     LLVMValueRef leaf = loop_open(c, &leaves, LLVMConstInt(g->e.t_i64, 0, 0), n_leaves);
     LLVMValueRef cargs[7] = {args, row, leaf, reduced, tv, tp, stash};
-    LLVMBuildCall2(b, g->leaf_ty, g->leaf_fn[s], cargs, 7, "");
+    LLVMBuildCall2(b, g->leaf_ty, w > 1 ? g->cols_fn[s] : g->leaf_fn[s], cargs, 7, "");
     LLVMValueRef top = LLVMBuildLoad2(b, g->e.t_i64, sp, "");
     LLVMBuildStore(b, LLVMBuildLoad2(b, et, tv, ""), gep1(g, et, sv, top));
-    LLVMBuildStore(b, LLVMBuildLoad2(b, g->e.t_i64, tp, ""), gep1(g, g->e.t_i64, sp_pos, top));
+    LLVMBuildStore(b, LLVMBuildLoad2(b, pt, tp, ""), gep1(g, pt, sp_pos, top));
     LLVMBuildStore(b, LLVMBuildAdd(b, top, one, ""), sp);
     LLVMBuildStore(b, LLVMBuildAdd(b, leaf, one, ""), tmem);
     LLVMBasicBlockRef mh = block(c, "merge"), mb = block(c, "merge_body"), me = block(c, "merge_done");
@@ -1145,10 +1428,10 @@ static void emit_stage(fnc *c, int s, LLVMValueRef args, LLVMValueRef row, LLVMV
     {
         LLVMValueRef h = LLVMBuildLoad2(b, g->e.t_i64, sp, "");
         LLVMValueRef li = LLVMBuildSub(b, h, two, ""), ri = LLVMBuildSub(b, h, one, "");
-        LLVMValueRef lvp = gep1(g, et, sv, li), lpp = gep1(g, g->e.t_i64, sp_pos, li);
+        LLVMValueRef lvp = gep1(g, et, sv, li), lpp = gep1(g, pt, sp_pos, li);
         LLVMValueRef lv = LLVMBuildLoad2(b, et, lvp, ""), rvv = LLVMBuildLoad2(b, et, gep1(g, et, sv, ri), "");
-        LLVMValueRef lp = LLVMBuildLoad2(b, g->e.t_i64, lpp, "");
-        LLVMValueRef rpp = LLVMBuildLoad2(b, g->e.t_i64, gep1(g, g->e.t_i64, sp_pos, ri), "");
+        LLVMValueRef lp = LLVMBuildLoad2(b, pt, lpp, "");
+        LLVMValueRef rpp = LLVMBuildLoad2(b, pt, gep1(g, pt, sp_pos, ri), "");
         cg_combine(&g->e, comb, t, lv, lp, rvv, rpp, &lv, &lp);
         LLVMBuildStore(b, lv, lvp);
         if (arg)
@@ -1168,7 +1451,7 @@ static void emit_stage(fnc *c, int s, LLVMValueRef args, LLVMValueRef row, LLVMV
     LLVMPositionBuilderAtEnd(b, fold);
     LLVMValueRef ti = LLVMBuildSub(b, h0, one, "");
     LLVMBuildStore(b, LLVMBuildLoad2(b, et, gep1(g, et, sv, ti), ""), rv);
-    LLVMBuildStore(b, LLVMBuildLoad2(b, g->e.t_i64, gep1(g, g->e.t_i64, sp_pos, ti), ""), rp);
+    LLVMBuildStore(b, LLVMBuildLoad2(b, pt, gep1(g, pt, sp_pos, ti), ""), rp);
     LLVMBuildStore(b, ti, tmem);
     LLVMBuildBr(b, fh);
     LLVMPositionBuilderAtEnd(b, fh);
@@ -1177,8 +1460,8 @@ static void emit_stage(fnc *c, int s, LLVMValueRef args, LLVMValueRef row, LLVMV
     LLVMPositionBuilderAtEnd(b, fb);
     {
         LLVMValueRef lv = LLVMBuildLoad2(b, et, gep1(g, et, sv, j), "");
-        LLVMValueRef lp = LLVMBuildLoad2(b, g->e.t_i64, gep1(g, g->e.t_i64, sp_pos, j), "");
-        LLVMValueRef r_v = LLVMBuildLoad2(b, et, rv, ""), r_p = LLVMBuildLoad2(b, g->e.t_i64, rp, "");
+        LLVMValueRef lp = LLVMBuildLoad2(b, pt, gep1(g, pt, sp_pos, j), "");
+        LLVMValueRef r_v = LLVMBuildLoad2(b, et, rv, ""), r_p = LLVMBuildLoad2(b, pt, rp, "");
         cg_combine(&g->e, comb, t, lv, lp, r_v, r_p, &lv, &lp);
         LLVMBuildStore(b, lv, rv);
         if (arg)
@@ -1187,18 +1470,38 @@ static void emit_stage(fnc *c, int s, LLVMValueRef args, LLVMValueRef row, LLVMV
         LLVMBuildBr(b, fh);
     }
     LLVMPositionBuilderAtEnd(b, fe);
-    LLVMValueRef slot = gep1(g, g->e.t_i64, reduced, LLVMConstInt(g->e.t_i64, (unsigned long long)s, 0));
-    if (arg) {
-        LLVMValueRef p = LLVMBuildLoad2(b, g->e.t_i64, rp, "");
-        LLVMValueRef none = LLVMBuildICmp(b, LLVMIntEQ, p, LLVMConstInt(g->e.t_i64, INT64_MAX, 0), "");
-        LLVMBuildStore(b, LLVMBuildSelect(b, none, LLVMConstInt(g->e.t_i64, 0, 0), p, ""), slot);
-    } else {
-        scalar_out(g, LLVMBuildLoad2(b, et, rv, ""), t, slot);
+    LLVMValueRef res = LLVMBuildLoad2(b, arg ? pt : et, arg ? rp : rv, "");
+    if (arg) /* no position (an empty row): 0 */
+        res = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, res, kint(g->e.t_i64, INT64_MAX, w), ""),
+                              kint(g->e.t_i64, 0, w), res, "");
+    for (int i = 0; i < w; i++) {
+        LLVMValueRef x = w > 1 ? LLVMBuildExtractElement(b, res, LLVMConstInt(g->e.t_i32, (unsigned long long)i, 0), "")
+                               : res;
+        LLVMValueRef at = LLVMConstInt(g->e.t_i64, (unsigned long long)i * KIR_MAX_STAGES + (unsigned long long)s, 0);
+        scalar_out(g, x, arg ? KIR_I64 : t, gep1(g, g->e.t_i64, reduced, at));
     }
 }
 
-/* rows(args, begin, end) of a kernel with reduced axes or stages: per row, the stages, the
- * element stores (rows with positions only), the row stores. */
+/* What follows a row's stages: its element stores (rows with positions only), its row stores. */
+static void row_tail(fnc *c, LLVMValueRef args, LLVMValueRef row, LLVMValueRef reduced, LLVMValueRef stash)
+{
+    gen *g = c->g;
+    LLVMValueRef cargs[4] = {args, row, reduced, stash};
+    if (g->has_elem) {
+        LLVMBasicBlockRef yes = block(c, "elems"), no = block(c, "elems_done");
+        LLVMBuildCondBr(g->e.b, LLVMBuildICmp(g->e.b, LLVMIntSGT, c->row_len, LLVMConstInt(g->e.t_i64, 0, 0), ""), yes,
+                        no);
+        LLVMPositionBuilderAtEnd(g->e.b, yes);
+        LLVMBuildCall2(g->e.b, g->elem_ty, g->elem_fn, cargs, 4, "");
+        LLVMBuildBr(g->e.b, no);
+        LLVMPositionBuilderAtEnd(g->e.b, no);
+    }
+    if (g->has_row)
+        LLVMBuildCall2(g->e.b, g->finish_ty, g->finish_fn, cargs, 3, "");
+}
+
+/* rows(args, begin, end) of a kernel with reduced axes or stages: per row (or group of COLS
+ * rows, see "Columns"), the stages, then row_tail. */
 static void build_rows_reduce(gen *g)
 {
     const kir_kernel *k = g->e.k;
@@ -1219,23 +1522,57 @@ static void build_rows_reduce(gen *g)
         LLVMValueRef fits = LLVMBuildICmp(g->e.b, LLVMIntULE, c.row_len, LLVMConstInt(g->e.t_i64, STASH_MAX, 0), "");
         stash = LLVMBuildSelect(g->e.b, fits, buf, null, "");
     }
-    loop_ctl rows;
-    LLVMValueRef row = loop_open(&c, &rows, begin, end);
-    for (int s = 0; s < k->n_stages; s++)
-        emit_stage(&c, s, args, row, reduced, s == k->n_stages - 1 ? stash : null);
-    LLVMValueRef cargs[4] = {args, row, reduced, stash};
-    if (g->has_elem) {
-        LLVMBasicBlockRef yes = block(&c, "elems"), no = block(&c, "elems_done");
-        LLVMBuildCondBr(g->e.b, LLVMBuildICmp(g->e.b, LLVMIntSGT, c.row_len, LLVMConstInt(g->e.t_i64, 0, 0), ""), yes,
-                        no);
-        LLVMPositionBuilderAtEnd(g->e.b, yes);
-        LLVMBuildCall2(g->e.b, g->elem_ty, g->elem_fn, cargs, 4, "");
-        LLVMBuildBr(g->e.b, no);
-        LLVMPositionBuilderAtEnd(g->e.b, no);
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef r_mem = entry_alloca(&c, g->e.t_i64);
+    LLVMBuildStore(b, begin, r_mem);
+    LLVMBasicBlockRef hdr = block(&c, "row"), one = block(&c, "one_row"), exit = block(&c, "rows_done");
+    LLVMBuildBr(b, hdr);
+    LLVMPositionBuilderAtEnd(b, hdr);
+    LLVMValueRef row = LLVMBuildLoad2(b, g->e.t_i64, r_mem, "");
+    LLVMBasicBlockRef more = block(&c, "rows_left");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, row, end, ""), more, exit);
+    LLVMPositionBuilderAtEnd(b, more);
+    if (g->cols) {
+        /* COLS rows at once when they lie in one run of the last outer axis and in range. */
+        LLVMValueRef ncols = LLVMConstInt(g->e.t_i64, COLS, 0), ext = c.extent[k->n_outer - 1];
+        LLVMValueRef in_run = LLVMBuildICmp(b, LLVMIntULE, LLVMBuildAdd(b, LLVMBuildURem(b, row, ext, ""), ncols, ""),
+                                            ext, "");
+        LLVMValueRef in_range = LLVMBuildICmp(b, LLVMIntSLE, LLVMBuildAdd(b, row, ncols, ""), end, "");
+        LLVMBasicBlockRef group = block(&c, "row_group");
+        LLVMBuildCondBr(b, LLVMBuildAnd(b, in_run, in_range, ""), group, one);
+        LLVMPositionBuilderAtEnd(b, group);
+        LLVMValueRef greduced = entry_alloca(&c, LLVMArrayType(g->e.t_i64, COLS * KIR_MAX_STAGES));
+        for (int s = 0; s < k->n_stages; s++)
+            emit_stage(&c, s, args, row, greduced, null, COLS);
+        if (g->has_elem) {
+            LLVMValueRef cargs[4] = {args, row, greduced, null};
+            LLVMBasicBlockRef yes = block(&c, "col_elems"), no = block(&c, "col_elems_done");
+            LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSGT, c.row_len, LLVMConstInt(g->e.t_i64, 0, 0), ""), yes, no);
+            LLVMPositionBuilderAtEnd(b, yes);
+            LLVMBuildCall2(b, g->elem_ty, g->cols_elem_fn, cargs, 4, "");
+            LLVMBuildBr(b, no);
+            LLVMPositionBuilderAtEnd(b, no);
+        }
+        if (g->has_row) {
+            loop_ctl each;
+            LLVMValueRef i = loop_open(&c, &each, LLVMConstInt(g->e.t_i64, 0, 0), ncols);
+            LLVMValueRef at = LLVMBuildMul(b, i, LLVMConstInt(g->e.t_i64, KIR_MAX_STAGES, 0), "");
+            LLVMValueRef cargs[3] = {args, LLVMBuildAdd(b, row, i, ""), gep1(g, g->e.t_i64, greduced, at)};
+            LLVMBuildCall2(b, g->finish_ty, g->finish_fn, cargs, 3, "");
+            loop_close(&c, &each);
+        }
+        LLVMBuildStore(b, LLVMBuildAdd(b, row, ncols, ""), r_mem);
+        LLVMBuildBr(b, hdr);
+    } else {
+        LLVMBuildBr(b, one);
     }
-    if (g->has_row)
-        LLVMBuildCall2(g->e.b, g->finish_ty, g->finish_fn, cargs, 3, "");
-    loop_close(&c, &rows);
+    LLVMPositionBuilderAtEnd(b, one);
+    for (int s = 0; s < k->n_stages; s++)
+        emit_stage(&c, s, args, row, reduced, s == k->n_stages - 1 ? stash : null, 1);
+    row_tail(&c, args, row, reduced, stash);
+    LLVMBuildStore(b, LLVMBuildAdd(b, row, LLVMConstInt(g->e.t_i64, 1, 0), ""), r_mem);
+    LLVMBuildBr(b, hdr);
+    LLVMPositionBuilderAtEnd(b, exit);
     if (g->has_elem)
         stream_fence(&c);
     LLVMBuildRetVoid(g->e.b);
@@ -1418,8 +1755,14 @@ static void build_module(gen *g)
     g->elem_ty = LLVMFunctionType(g->e.t_void, elem_params, 4, 0);
     g->finish_ty = LLVMFunctionType(g->e.t_void, elem_params, 3, 0);
     choose_stash(g);
-    for (int s = 0; s < k->n_stages; s++)
+    g->cols = choose_cols(k);
+    for (int s = 0; s < k->n_stages; s++) {
         build_leaf_fn(g, s);
+        if (g->cols)
+            build_cols_fn(g, s);
+    }
+    if (g->cols && g->has_elem)
+        build_cols_elem_fn(g);
     if (g->has_elem)
         build_elem_fn(g);
     build_finish(g);

@@ -352,7 +352,21 @@ BURNC_API float burnc_bf16_to_f32(uint16_t h);
  * for f32, x < -37.538 for f64, where |gelu| is below 8e-38 and 5e-307) is gelu off by up to
  * 0.6 |x| + 1 units of the smallest subnormal (measured 7.0 and 18.3). gelu(inf) = inf,
  * gelu(-inf) = NaN. silu and rsqrt add their own roundings on top of sigmoid and sqrt; f16 and
- * bf16 results are the f32 result rounded once more. */
+ * bf16 results are the f32 result rounded once more.
+ *
+ * Vulkan. GLSL promises correct rounding for add, sub, mul and conversions only (division
+ * 2.5 ulps, sqrt worse, fma possibly a product and a sum). On a device with f64 (every device
+ * burnc targets, lavapipe included), f32 division and sqrt are computed in f64 and rounded once
+ * (correctly rounded: an f32 quotient or root never lies within 2^-49 of an f32 rounding
+ * boundary unless on it) and fma is made exact in software, so f32 results are the cpu device's
+ * bits and the table above holds unchanged; measured on lavapipe: 0 ulps from kir_eval for
+ * division, sqrt and fma (tests/test_vulkan.c), and every op within the bounds of
+ * tests/test_ops.c (ops-vulkan). f64: fma is exact in software for operands with exponents in
+ * [-423, 477] (else the device's), division and sqrt are the device's, correctly rounded on
+ * lavapipe (0 ulps measured) and not promised elsewhere. Where the device cannot preserve f32
+ * denormals (lavapipe: shaderDenormPreserveFloat32 false; the device's log line says which),
+ * inputs and results below 2^-126 may become zero; NaN signs and payloads are the device's.
+ * Without f64, division, sqrt and fma are the device's own and the table does not apply. */
 #define BURNC_UNARY_OPS(X) \
     X(neg) X(abs) X(sign) X(exp) X(exp2) X(expm1) X(log) X(log2) X(log1p) X(sqrt) X(rsqrt) \
     X(reciprocal) X(sin) X(cos) X(tan) X(tanh) X(sigmoid) X(relu) X(gelu) X(silu) X(erf) \

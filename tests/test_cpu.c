@@ -1524,3 +1524,194 @@ Test(cpu, in_place_row_kernel)
     burnc_device_release(cpu);
     BT_LEAK_CHECK();
 }
+
+/* ---- Reductions over a strided axis (codegen/llvm_cpu.c, "Columns") -------------------------
+ * A reduction over the batch axis runs groups of adjacent rows at once. Its results must be
+ * bitwise those of kernel.h's order: checked against a host transcription of that order, and
+ * against the same reduction over a contiguous transposed copy (the one-row-at-a-time code,
+ * which the suites above hold to kir_eval and ref), for row counts around the group size and
+ * reduced lengths around the lane count and the leaf size. */
+
+/* kernel.h's order for a sum of n values v[i * stride], in float or double arithmetic. */
+#define COL_ORACLE(T, NAME)                                                                       \
+    static T NAME(const T *v, int64_t n, int64_t stride)                                         \
+    {                                                                                             \
+        int64_t n_leaves = (n + 4095) / 4096;                                                     \
+        T *leaf = calloc((size_t)(n_leaves ? n_leaves : 1), sizeof(T));                          \
+        cr_assert_not_null(leaf);                                                                 \
+        for (int64_t l = 0; l < n_leaves; l++) {                                                  \
+            T lane[32] = {0};                                                                     \
+            for (int64_t j = l * 4096; j < n && j < (l + 1) * 4096; j++)                          \
+                lane[j % 32] += v[j * stride];                                                    \
+            for (int w = 32; w > 1; w /= 2)                                                       \
+                for (int i = 0; i < w / 2; i++)                                                   \
+                    lane[i] = lane[2 * i] + lane[2 * i + 1];                                      \
+            leaf[l] = lane[0];                                                                    \
+        }                                                                                         \
+        for (int64_t m = n_leaves; m > 1; m = (m + 1) / 2) {                                      \
+            for (int64_t i = 0; i < m / 2; i++)                                                   \
+                leaf[i] = leaf[2 * i] + leaf[2 * i + 1];                                          \
+            if (m % 2)                                                                            \
+                leaf[m / 2] = leaf[m - 1];                                                        \
+        }                                                                                         \
+        T r = n_leaves ? leaf[0] : 0;                                                             \
+        free(leaf);                                                                               \
+        return r;                                                                                 \
+    }
+COL_ORACLE(float, col_sum_f32)
+COL_ORACLE(double, col_sum_f64)
+
+static const int64_t COL_SHAPES[][2] = {{4097, 65}, {100, 32}, {33, 257}, {8193, 40}, {5, 300},
+                                        {1, 33},    {64, 31},  {200, 1},  {4096, 96}, {31, 70}};
+
+Test(cpu, column_sum_follows_the_reduction_order)
+{
+    burnc_device_t *cpu = open_cpu();
+    const burnc_dtype_t dts[2] = {BURNC_DTYPE_F32, BURNC_DTYPE_F64};
+    for (int d = 0; d < 2; d++) {
+        for (int s = 0; s < COUNT(COL_SHAPES); s++) {
+            const int64_t *sh = COL_SHAPES[s];
+            host h = host_new(dts[d], 2, sh, GENERAL);
+            burnc_scope_begin();
+            burnc_tensor_t *x = BT_NOT_NULL(burnc_tensor_from_data(cpu, h.dt, 2, sh, h.data));
+            burnc_tensor_t *y = BT_NOT_NULL(burnc_sum(x, 1, (const int[]){0}, false));
+            size_t es = burnc_dtype_size(h.dt);
+            void *got = malloc((size_t)sh[1] * es);
+            cr_assert_not_null(got);
+            BT_ASSERT_OK(burnc_tensor_read(y, got, (size_t)sh[1] * es));
+            burnc_scope_end();
+            for (int64_t c = 0; c < sh[1]; c++) {
+                double g, w;
+                if (d == 0) {
+                    g = ((float *)got)[c];
+                    w = col_sum_f32((const float *)h.data + c, sh[0], sh[1]);
+                } else {
+                    g = ((double *)got)[c];
+                    w = col_sum_f64((const double *)h.data + c, sh[0], sh[1]);
+                }
+                cr_assert(memcmp(&g, &w, sizeof g) == 0, "%s [%lld,%lld] column %lld: %.17g, order gives %.17g",
+                          burnc_dtype_name(h.dt), (long long)sh[0], (long long)sh[1], (long long)c, g, w);
+            }
+            free(got);
+            host_free(&h);
+        }
+    }
+    burnc_device_release(cpu);
+    BT_LEAK_CHECK();
+}
+
+/* op over axis 0 of x (a [R, C] tensor or view), kept. */
+static burnc_tensor_t *col_reduce(burnc_tensor_t *x, int op, int axis)
+{
+    const int ax[1] = {axis};
+    switch (op) {
+    case 0: return burnc_sum(x, 1, ax, false);
+    case 1: return burnc_max(x, 1, ax, false);
+    case 2: return burnc_argmax(x, axis, false);
+    case 3: return burnc_argmin(x, axis, false);
+    case 4: return burnc_prod(burnc_add_scalar(burnc_mul_scalar(x, 1e-3), 1.0), 1, ax, false);
+    case 5: return burnc_min(x, 1, ax, false);
+    default: return burnc_mean(burnc_exp(burnc_mul_scalar(x, 0.25)), 1, ax, false);
+    }
+}
+
+/* Reads t (of n elements) into a malloc'ed buffer. */
+static void *col_read(burnc_tensor_t *t, int64_t n)
+{
+    size_t bytes = (size_t)(n ? n : 1) * burnc_dtype_size(burnc_tensor_dtype(t));
+    void *p = malloc(bytes);
+    cr_assert_not_null(p);
+    BT_ASSERT_OK(burnc_tensor_read(t, p, bytes));
+    return p;
+}
+
+static void col_expect_same(burnc_tensor_t *col, burnc_tensor_t *row, int64_t n, const char *what)
+{
+    cr_assert_eq(burnc_tensor_dtype(col), burnc_tensor_dtype(row));
+    burnc_dtype_t dt = burnc_tensor_dtype(col);
+    size_t es = burnc_dtype_size(dt);
+    unsigned char *a = col_read(col, n), *b = col_read(row, n);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert(memcmp(a + i * es, b + i * es, es) == 0, "%s: element %lld is %.9g over axis 0, %.9g over rows",
+                  what, (long long)i, bt_load(a, dt, i), bt_load(b, dt, i));
+    free(a);
+    free(b);
+}
+
+/* Every combiner, every float dtype, with broadcast operands (a [C] row and an [R, 1] column)
+ * and an offset view: over axis 0 equals over the rows of the transposed copy. */
+Test(cpu, column_reductions_equal_row_reductions)
+{
+    burnc_device_t *cpu = open_cpu();
+    const burnc_dtype_t dts[4] = {BURNC_DTYPE_F32, BURNC_DTYPE_F64, BURNC_DTYPE_F16, BURNC_DTYPE_BF16};
+    const int64_t shapes[][2] = {{4099, 67}, {70, 33}, {33, 100}, {9, 64}};
+    for (int d = 0; d < 4; d++) {
+        for (int s = 0; s < COUNT(shapes); s++) {
+            const int64_t *sh = shapes[s], wsh[1] = {sh[1]}, bsh[2] = {sh[0], 1};
+            host h = host_new(dts[d], 2, sh, SPECIAL), hw = host_new(dts[d], 1, wsh, GENERAL),
+                 hb = host_new(dts[d], 2, bsh, GENERAL);
+            bool narrow = d >= 2; /* f16/bf16: fewer combinations, the loads are what differs */
+            for (int op = 0; op < (narrow ? 3 : 7); op++) {
+                for (int form = 0; form < (narrow ? 2 : 3); form++) {
+                    char what[96];
+                    snprintf(what, sizeof what, "%s [%lld,%lld] op %d form %d", burnc_dtype_name(dts[d]),
+                             (long long)sh[0], (long long)sh[1], op, form);
+                    burnc_scope_begin();
+                    burnc_tensor_t *x = BT_NOT_NULL(burnc_tensor_from_data(cpu, h.dt, 2, sh, h.data));
+                    if (form == 1) {
+                        burnc_tensor_t *w = BT_NOT_NULL(burnc_tensor_from_data(cpu, h.dt, 1, wsh, hw.data));
+                        burnc_tensor_t *b = BT_NOT_NULL(burnc_tensor_from_data(cpu, h.dt, 2, bsh, hb.data));
+                        x = BT_NOT_NULL(burnc_add(burnc_mul(x, w), b));
+                    } else if (form == 2) {
+                        x = BT_NOT_NULL(burnc_slice(burnc_slice(x, 0, 2, sh[0], 1), 1, 1, sh[1], 1));
+                    }
+                    int64_t n = burnc_tensor_shape(x)[1];
+                    burnc_tensor_t *col = BT_NOT_NULL(col_reduce(x, op, 0));
+                    burnc_tensor_t *row = BT_NOT_NULL(col_reduce(burnc_contiguous(burnc_transpose(x, 0, 1)), op, 1));
+                    col_expect_same(col, row, n, what);
+                    burnc_scope_end();
+                }
+            }
+            host_free(&h);
+            host_free(&hw);
+            host_free(&hb);
+        }
+    }
+    burnc_device_release(cpu);
+    BT_LEAK_CHECK();
+}
+
+/* Kernels with several stages and element outputs over axis 0: layer_norm and softmax of a
+ * transposed view, and a batch sum that keeps its element-wise operand. */
+Test(cpu, column_multi_stage_and_element_outputs)
+{
+    burnc_device_t *cpu = open_cpu();
+    const int64_t shapes[][2] = {{300, 70}, {4097, 33}, {40, 64}};
+    for (int s = 0; s < COUNT(shapes); s++) {
+        const int64_t *sh = shapes[s];
+        int64_t n = sh[0] * sh[1];
+        host h = host_new(BURNC_DTYPE_F32, 2, sh, GENERAL), hw = host_new(BURNC_DTYPE_F32, 2, sh, GENERAL);
+        burnc_scope_begin();
+        burnc_tensor_t *x = BT_NOT_NULL(burnc_tensor_from_data(cpu, h.dt, 2, sh, h.data));
+        burnc_tensor_t *w = BT_NOT_NULL(burnc_tensor_from_data(cpu, h.dt, 2, sh, hw.data));
+        burnc_tensor_t *xt = BT_NOT_NULL(burnc_transpose(x, 0, 1));
+        burnc_tensor_t *xtc = BT_NOT_NULL(burnc_contiguous(xt));
+        col_expect_same(burnc_layer_norm(xt, 1, 1e-5), burnc_layer_norm(xtc, 1, 1e-5), n, "layer_norm");
+        col_expect_same(burnc_contiguous(burnc_transpose(burnc_softmax(x, 0), 0, 1)), burnc_softmax(xtc, 1), n,
+                        "softmax");
+        /* the operand kept: one kernel with an element output and a stage */
+        burnc_tensor_t *p = BT_NOT_NULL(burnc_mul(burnc_exp(burnc_mul_scalar(x, 0.5)), w));
+        burnc_tensor_t *sum = BT_NOT_NULL(burnc_sum(p, 1, (const int[]){0}, false));
+        burnc_tensor_t *pt = BT_NOT_NULL(burnc_contiguous(burnc_transpose(p, 0, 1)));
+        col_expect_same(sum, burnc_sum(pt, 1, (const int[]){1}, false), sh[1], "kept operand: sum");
+        BT_ASSERT_OK(burnc_device_set_fusion(cpu, false));
+        burnc_tensor_t *pe = BT_NOT_NULL(burnc_mul(burnc_exp(burnc_mul_scalar(x, 0.5)), w));
+        BT_ASSERT_OK(burnc_device_set_fusion(cpu, true));
+        col_expect_same(p, pe, n, "kept operand: element output");
+        burnc_scope_end();
+        host_free(&h);
+        host_free(&hw);
+    }
+    burnc_device_release(cpu);
+    BT_LEAK_CHECK();
+}

@@ -369,14 +369,16 @@ static void run_ref(const tb *b, mem *m)
 }
 
 /* The device kernels run on: BURNC_TEST_DEVICE when it names one other than ref (opaque records
- * still run on the host's reference kernels), else none: kir_eval on the host. Skips the test,
+ * still run on the host's reference kernels), else none: kir_eval on the host. Opened once per
+ * test process (its compiled kernels serve every batch) and kept to the end; skips the test,
  * saying why, when the device cannot be opened. */
-static burnc_device_t *open_test_device(void)
+static burnc_device_t *test_device(void)
 {
+    static burnc_device_t *dev;
     const char *spec = getenv("BURNC_TEST_DEVICE");
-    if (!spec || !*spec || strcmp(spec, "ref") == 0)
-        return NULL;
-    burnc_device_t *dev = burnc_device_open(spec);
+    if (dev || !spec || !*spec || strcmp(spec, "ref") == 0)
+        return dev;
+    dev = burnc_device_open(spec);
     if (!dev)
         cr_skip_test("device '%s' is not available: %s", spec, burnc_error_message());
     return dev;
@@ -413,7 +415,7 @@ static void run_on_device(burnc_device_t *dev, const kir_kernel *k, const kir_ar
 
 static void run_plan(const tb *b, const fus_plan *p, mem *m)
 {
-    burnc_device_t *dev = open_test_device();
+    burnc_device_t *dev = test_device();
     for (int gi = 0; gi < p->n_groups; gi++) {
         const fus_group *g = &p->groups[gi];
         if (g->opaque) {
@@ -441,7 +443,6 @@ static void run_plan(const tb *b, const fus_plan *p, mem *m)
         burnc_status_t st = kir_eval(k, &a);
         cr_assert_eq(st, BURNC_OK, "kir_eval of group %d (%s): %s", gi, k->name, burnc_error_message());
     }
-    burnc_device_release(dev);
 }
 
 /* Every group reads only what outside inputs and earlier groups wrote; every needed record is

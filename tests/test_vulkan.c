@@ -434,6 +434,26 @@ Test(vulkan, fma_div_sqrt_equal_kir_eval_bitwise)
     }
     binary_kernel(dev, KIR_DIV, KIR_F32, 2, (const void *const[]){a, b}, N);
     binary_kernel(dev, KIR_SQRT, KIR_F32, 1, (const void *const[]){a}, N);
+    /* f64: products whose fma differs from the rounded product plus c, and random operands */
+    double *da = malloc(N * sizeof *da), *db = malloc(N * sizeof *db), *dc = malloc(N * sizeof *dc);
+    for (int i = 0; i < N; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        if (i < N / 2) {
+            da[i] = 1.0 + (double)(i + 1) * 0x1p-30;
+            db[i] = 1.0 - (double)(i + 1) * 0x1p-31;
+            dc[i] = -(da[i] * db[i]);
+        } else {
+            da[i] = ldexp((double)(r >> 11) + 1.0, (int)(r % 200) - 100 - 53);
+            db[i] = ldexp((double)((r >> 7) & 0xfffffffffffull) - 0x80000000000ll, (int)((r >> 3) % 100) - 50 - 43);
+            dc[i] = ldexp((double)(int64_t)(r >> 1), (int)((r >> 5) % 300) - 150 - 63);
+        }
+    }
+    binary_kernel(dev, KIR_FMA, KIR_F64, 3, (const void *const[]){da, db, dc}, N);
+    binary_kernel(dev, KIR_DIV, KIR_F64, 2, (const void *const[]){da, db}, N);
+    binary_kernel(dev, KIR_SQRT, KIR_F64, 1, (const void *const[]){da}, N);
+    free(da);
+    free(db);
+    free(dc);
     free(a);
     free(b);
     free(c);
@@ -507,4 +527,126 @@ Test(vulkan, conversions_equal_kir_eval_bitwise)
 #else
     cr_skip_test("burnc was built without the vulkan backend");
 #endif
+}
+
+Test(vulkan, glsl_every_option_compiles_and_validates)
+{
+#if BURNC_HAVE_VULKAN
+    /* no device needed: GLSL -> glslang -> spvValidate for the code paths lavapipe does not take */
+    kir_kernel k;
+    rows_kernel(&k, KIR_COMBINE_ARGMIN);
+    int32_t x = 0; /* the load */
+    int32_t d = kir_emit(&k, KIR_DIV, KIR_F32, x, x, 0);
+    int32_t q = kir_emit(&k, KIR_SQRT, KIR_F32, d, 0, 0);
+    int32_t f = kir_emit(&k, KIR_FMA, KIR_F32, q, x, d);
+    k.stores[2].value = f;
+    static const cg_glsl_options opts[] = {
+        {0}, {.wg_size = 32, .items = 1}, {.wg_size = 1024, .items = 16}, {.no_f64 = true},
+        {.denorm32 = true, .denorm64 = true},
+    };
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+        char *src = cg_glsl_emit(&k, &opts[i]);
+        cr_assert_not_null(src, "emit with options %zu: %s", i, burnc_error_message());
+        uint32_t *words;
+        size_t n;
+        burnc_status_t s = cg_glsl_compile(k.name, src, &words, &n);
+        cr_assert_eq(s, BURNC_OK, "options %zu: %s\n%s", i, burnc_error_message(), src);
+        cr_assert_gt(n, 5);
+        cr_assert_eq(words[0], 0x07230203u, "not SPIR-V");
+        bool has_double = strstr(src, "double") != NULL;
+        cr_assert_eq(has_double, !opts[i].no_f64, "options %zu: doubles %s", i, has_double ? "used" : "unused");
+        free(words);
+        free(src);
+    }
+    kir_free(&k);
+    BT_LEAK_CHECK();
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
+}
+
+Test(vulkan, autotune_candidates_give_the_same_bits)
+{
+#if BURNC_HAVE_VULKAN
+    char dir[] = "/tmp/burnc-vk-tune-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    setenv("BURNC_CACHE_DIR", dir, 1);
+    setenv("BURNC_AUTOTUNE", "on", 1);
+    setenv("BURNC_AUTOTUNE_BUDGET_MS", "3000", 1);
+    burnc_device_t *dev = open_vulkan(CPU_SPEC);
+    vk_stats before, after;
+    rt_vulkan_stats(dev, &before);
+    /* element-wise: fma over 3 inputs; tuning times every workgroup size and item count */
+    enum { N = 50000 };
+    float *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b), *c = malloc(N * sizeof *c);
+    fma_inputs(a, b, c, N);
+    binary_kernel(dev, KIR_FMA, KIR_F32, 3, (const void *const[]){a, b, c}, N);
+    rt_vulkan_stats(dev, &after);
+    cr_assert_gt(after.pipelines - before.pipelines, 4, "tuning built %ld pipelines", after.pipelines - before.pipelines);
+    free(a);
+    free(b);
+    free(c);
+    burnc_device_release(dev);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    BT_LEAK_CHECK();
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
+}
+
+/* A [2, M, K] @ B^T where B is stored [2, N, K] (a strided view): each element must be the fma
+ * chain of include/burnc.h, computed here with fmaf. */
+Test(vulkan, matmul_is_the_fma_chain)
+{
+    burnc_device_t *dev = open_vulkan(CPU_SPEC);
+    enum { NB = 2, M = 33, K = 70, N = 45 };
+    static float a[NB * M * K], bt[NB * N * K], got[NB * M * N];
+    uint64_t r = 77;
+    for (int i = 0; i < NB * M * K; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        a[i] = (float)((int64_t)(r >> 40) - (1 << 23)) * 0x1p-21f;
+    }
+    for (int i = 0; i < NB * N * K; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        bt[i] = (float)((int64_t)(r >> 40) - (1 << 23)) * 0x1p-22f;
+    }
+    int64_t sa[3] = {NB, M, K}, sb[3] = {NB, N, K};
+    burnc_tensor_t *ta = tensor_f32(dev, 3, sa, a), *tb = tensor_f32(dev, 3, sb, bt);
+    burnc_tensor_t *tbt = BT_NOT_NULL(burnc_transpose(tb, 1, 2));
+    burnc_tensor_t *c = BT_NOT_NULL(burnc_matmul(ta, tbt));
+    read_f32(c, got, NB * M * N);
+    for (int bi = 0; bi < NB; bi++)
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                float acc = 0.0f;
+                for (int k = 0; k < K; k++)
+                    acc = fmaf(a[(bi * M + i) * K + k], bt[(bi * N + j) * K + k], acc);
+                float g = got[(bi * M + i) * N + j];
+                cr_assert(memcmp(&g, &acc, sizeof g) == 0, "c[%d][%d][%d] = %a, the fma chain gives %a", bi, i, j,
+                          (double)g, (double)acc);
+            }
+    /* f16 operands: the chain in f32, rounded once */
+    burnc_tensor_t *ha = BT_NOT_NULL(burnc_cast(ta, BURNC_DTYPE_F16)), *hb = BT_NOT_NULL(burnc_cast(tbt, BURNC_DTYPE_F16));
+    burnc_tensor_t *hc = BT_NOT_NULL(burnc_matmul(ha, hb));
+    uint16_t hgot[NB * M * N], ha_h[NB * M * K], hb_h[NB * N * K];
+    BT_ASSERT_OK(burnc_tensor_read(hc, hgot, sizeof hgot));
+    BT_ASSERT_OK(burnc_tensor_read(ha, ha_h, sizeof ha_h));
+    burnc_tensor_t *hbd = BT_NOT_NULL(burnc_cast(tb, BURNC_DTYPE_F16));
+    BT_ASSERT_OK(burnc_tensor_read(hbd, hb_h, sizeof hb_h));
+    for (int bi = 0; bi < NB; bi++)
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                float acc = 0.0f;
+                for (int k = 0; k < K; k++)
+                    acc = fmaf(burnc_f16_to_f32(ha_h[(bi * M + i) * K + k]), burnc_f16_to_f32(hb_h[(bi * N + j) * K + k]),
+                               acc);
+                cr_assert_eq(hgot[(bi * M + i) * N + j], burnc_f32_to_f16(acc), "f16 c[%d][%d][%d]", bi, i, j);
+            }
+    burnc_tensor_t *ts[] = {ta, tb, tbt, c, ha, hb, hc, hbd};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        burnc_tensor_release(ts[i]);
+    burnc_device_release(dev);
+    BT_LEAK_CHECK();
 }

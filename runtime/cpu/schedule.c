@@ -12,6 +12,7 @@ enum {
     TASK_WORK = 1 << 16,  /* positions per task, without autotune's choice */
     LEAF_ROWS_MAX = 16,   /* "few rows": at most this many ... */
     LEAF_MIN_LEAVES = 2,  /* ... of at least this many leaves each */
+    ROW_GROUP_MIN_ROWS = 2 * KIR_LANES, /* rows from which tasks hold whole groups of rows */
 };
 
 static void shape_of(const kir_kernel *ir, const kir_args *a, int64_t *n_rows, int64_t *row_len)
@@ -25,6 +26,20 @@ static void shape_of(const kir_kernel *ir, const kir_args *a, int64_t *n_rows, i
     }
     *n_rows = rows;
     *row_len = len;
+}
+
+/* Whether an input is contiguous across rows (the last outer axis) and strided along the
+ * reduced one: the shape of kernel that the code generator may run a group of rows at a time. */
+static bool reads_across_rows(const kir_kernel *ir)
+{
+    if (ir->n_stages == 0 || ir->n_outer == 0 || ir->n_outer == ir->rank)
+        return false;
+    for (int s = 0; s < ir->n_inputs; s++) {
+        const uint8_t *st = ir->inputs[s].stride;
+        if (st[ir->n_outer - 1] == KIR_STRIDE_UNIT && st[ir->rank - 1] == KIR_STRIDE_ANY)
+            return true;
+    }
+    return false;
 }
 
 static void run_tasks(cpu_threads *t, bool inline_run, int64_t n, cpu_task_fn task, void *ctx)
@@ -56,6 +71,10 @@ static void run_rows(cpu_threads *t, const rt_kernel *k, const kir_args *a, int6
                      int64_t task)
 {
     int64_t per = row_len >= task ? 1 : task / (row_len > 0 ? row_len : 1);
+    /* Reductions over a strided axis run KIR_LANES adjacent rows at a time (llvm_cpu.c,
+     * "Columns"): tasks of whole groups keep every row on that path. */
+    if (row_len > 1 && n_rows >= ROW_GROUP_MIN_ROWS && reads_across_rows(&k->ir))
+        per = (per + KIR_LANES - 1) / KIR_LANES * KIR_LANES;
     if (cpu_threads_count(t) == 1 || n_rows * row_len < task / 2 || n_rows <= per) {
         k->fn.rows(a, 0, n_rows);
         return;

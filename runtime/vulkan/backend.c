@@ -244,9 +244,11 @@ static void vk_free(rt_device *dev, rt_buffer *buf)
     vk_device *vd = vk_dev(dev);
     rt_error_state saved;
     rt_error_save(&saved);
+    mtx_lock(&vd->qlock);
     vk_drain(vd);
-    rt_error_restore(&saved);
     buffer_destroy(vd, vk_buf(buf));
+    mtx_unlock(&vd->qlock);
+    rt_error_restore(&saved);
 }
 
 /* Copies between a buffer and host memory through a staging buffer. */
@@ -271,7 +273,7 @@ static burnc_status_t staged_copy(vk_device *vd, vk_buffer *b, size_t offset, vo
     return s;
 }
 
-static burnc_status_t vk_write(rt_device *dev, rt_buffer *buf, size_t offset, const void *src, size_t n)
+static burnc_status_t write_locked(rt_device *dev, rt_buffer *buf, size_t offset, const void *src, size_t n)
 {
     vk_device *vd = vk_dev(dev);
     RT_TRY(rt_buffer_check(dev, buf, offset, n, "write"));
@@ -286,7 +288,16 @@ static burnc_status_t vk_write(rt_device *dev, rt_buffer *buf, size_t offset, co
     return staged_copy(vd, b, offset, (void *)src, n, true);
 }
 
-static burnc_status_t vk_read(rt_device *dev, rt_buffer *buf, size_t offset, void *dst, size_t n)
+static burnc_status_t vk_write(rt_device *dev, rt_buffer *buf, size_t offset, const void *src, size_t n)
+{
+    vk_device *vd = vk_dev(dev);
+    mtx_lock(&vd->qlock);
+    burnc_status_t s = write_locked(dev, buf, offset, src, n);
+    mtx_unlock(&vd->qlock);
+    return s;
+}
+
+static burnc_status_t read_locked(rt_device *dev, rt_buffer *buf, size_t offset, void *dst, size_t n)
 {
     vk_device *vd = vk_dev(dev);
     RT_TRY(rt_buffer_check(dev, buf, offset, n, "read"));
@@ -301,12 +312,23 @@ static burnc_status_t vk_read(rt_device *dev, rt_buffer *buf, size_t offset, voi
     return staged_copy(vd, b, offset, dst, n, false);
 }
 
+static burnc_status_t vk_read(rt_device *dev, rt_buffer *buf, size_t offset, void *dst, size_t n)
+{
+    vk_device *vd = vk_dev(dev);
+    mtx_lock(&vd->qlock);
+    burnc_status_t s = read_locked(dev, buf, offset, dst, n);
+    mtx_unlock(&vd->qlock);
+    return s;
+}
+
 /* A program that never releases its last tensor never closes the device: new pipelines reach
  * the cache file at a sync as well. */
 static burnc_status_t vk_sync(rt_device *dev)
 {
     vk_device *vd = vk_dev(dev);
+    mtx_lock(&vd->qlock);
     burnc_status_t s = vk_drain(vd);
+    mtx_unlock(&vd->qlock);
     mtx_lock(&vd->lock);
     if (vd->pipelines != vd->saved_pipelines)
         vk_save_pipeline_cache(vd);
@@ -338,6 +360,7 @@ static void vk_close(rt_device *dev)
         vd->api.vkDestroyDevice(vd->dev, NULL);
     }
     mtx_destroy(&vd->lock);
+    mtx_destroy(&vd->qlock);
     free(vd);
     dev->impl = NULL;
 }
@@ -369,6 +392,13 @@ static burnc_status_t create_device(rt_device *dev, vk_device *vd)
     vd->f64 = f2.features.shaderFloat64;
     vd->storage16 = s16.storageBuffer16BitAccess && f2.features.shaderInt16;
     vd->storage8 = v12 && s8.storageBuffer8BitAccess && f16i8.shaderInt8;
+    if (v12) {
+        VkPhysicalDeviceFloatControlsProperties fc = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES};
+        VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &fc};
+        vd->api.vkGetPhysicalDeviceProperties2(vd->phys, &p2);
+        vd->denorm32 = fc.shaderDenormPreserveFloat32;
+        vd->denorm64 = fc.shaderDenormPreserveFloat64 && vd->f64;
+    }
     /* enable exactly what is used */
     VkPhysicalDeviceFeatures2 en = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     en.features.shaderInt64 = VK_TRUE;
@@ -462,6 +492,7 @@ static burnc_status_t vk_open(rt_device *dev, int index)
     vd->phys = a->phys[i];
     vd->max_tasks = max_tasks_default();
     mtx_init(&vd->lock, mtx_plain);
+    mtx_init(&vd->qlock, mtx_recursive);
     atomic_init(&vd->fuse, rt_fusion_default());
     a->vkGetPhysicalDeviceProperties(vd->phys, &vd->props);
     a->vkGetPhysicalDeviceMemoryProperties(vd->phys, &vd->mem);
@@ -479,8 +510,9 @@ static burnc_status_t vk_open(rt_device *dev, int index)
         return s;
     }
     snprintf(dev->name, sizeof dev->name, "%.100s (Vulkan %s)", vd->props.deviceName, vk_type_name(vd->props.deviceType));
-    rt_log("runtime", "%s: %s, f64 %s, 8-bit %s, 16-bit %s, %d dispatches per submit", dev->spec, dev->name,
-           vd->f64 ? "yes" : "no", vd->storage8 ? "yes" : "no", vd->storage16 ? "yes" : "no", vd->max_tasks);
+    rt_log("runtime", "%s: %s, f64 %s, 8-bit %s, 16-bit %s, f32 denormals %s, %d dispatches per submit", dev->spec,
+           dev->name, vd->f64 ? "yes" : "no", vd->storage8 ? "yes" : "no", vd->storage16 ? "yes" : "no",
+           vd->denorm32 ? "preserved" : "may flush to zero", vd->max_tasks);
     return BURNC_OK;
 }
 
@@ -506,11 +538,13 @@ static void vk_fingerprint(rt_device *dev, char *out, size_t cap)
         snprintf(out, cap, "%s", vk_dev(dev)->fingerprint);
 }
 
+static const char *vk_autotune_fingerprint(rt_device *dev) { return vk_dev(dev)->fingerprint; }
+
 static bool vk_fusion_enabled(rt_device *dev) { return atomic_load(&vk_dev(dev)->fuse); }
 static void vk_set_fusion(rt_device *dev, bool enabled) { atomic_store(&vk_dev(dev)->fuse, enabled); }
 
 /* vkCmdCopyBuffer between two private buffers, timed with device timestamps. */
-static burnc_status_t vk_copy_time(rt_device *dev, size_t bytes, int reps, double *seconds)
+static burnc_status_t copy_time_locked(rt_device *dev, size_t bytes, int reps, double *seconds)
 {
     vk_device *vd = vk_dev(dev);
     RT_TRY(vk_drain(vd));
@@ -568,6 +602,15 @@ static burnc_status_t vk_copy_time(rt_device *dev, size_t bytes, int reps, doubl
     return s;
 }
 
+static burnc_status_t vk_copy_time(rt_device *dev, size_t bytes, int reps, double *seconds)
+{
+    vk_device *vd = vk_dev(dev);
+    mtx_lock(&vd->qlock);
+    burnc_status_t s = copy_time_locked(dev, bytes, reps, seconds);
+    mtx_unlock(&vd->qlock);
+    return s;
+}
+
 void rt_vulkan_stats(burnc_device_t *dev, vk_stats *out)
 {
     *out = (vk_stats){.glslang_compiles = cg_glsl_compile_count()};
@@ -599,5 +642,6 @@ const rt_backend rt_vulkan_backend = {
     .launch_kernel = vk_launch_kernel,
     .fusion_enabled = vk_fusion_enabled,
     .set_fusion = vk_set_fusion,
+    .autotune_fingerprint = vk_autotune_fingerprint,
     .copy_time = vk_copy_time,
 };

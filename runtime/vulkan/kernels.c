@@ -173,7 +173,7 @@ static double ms_since(const struct timespec *t0)
 
 /* SPIR-V for the GLSL: the disk cache, else glslang (then stored). Called with vd->lock held.
  * Logs as the cpu device does ("disk hit", "miss, compiled"): tests count kernels built. */
-static burnc_status_t spirv_for(vk_device *vd, const kir_kernel *k, const char *glsl, uint32_t **words, size_t *n)
+static burnc_status_t spirv_for(vk_device *vd, const char *name, const char *glsl, uint32_t **words, size_t *n)
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -188,14 +188,14 @@ static burnc_status_t spirv_for(vk_device *vd, const kir_kernel *k, const char *
         if (size % 4 == 0 && size > 0) {
             *words = data;
             *n = size / 4;
-            rt_log("codegen", "%s %016llx: disk hit, loaded in %.2f ms", k->name, (unsigned long long)key,
+            rt_log("codegen", "%s %016llx: disk hit, loaded in %.2f ms", name, (unsigned long long)key,
                    ms_since(&t0));
             return BURNC_OK;
         }
         free(data);
     }
-    RT_TRY(cg_glsl_compile(k->name, glsl, words, n));
-    rt_log("codegen", "%s %016llx: miss, compiled in %.2f ms (GLSL -> SPIR-V)", k->name, (unsigned long long)key,
+    RT_TRY(cg_glsl_compile(name, glsl, words, n));
+    rt_log("codegen", "%s %016llx: miss, compiled in %.2f ms (GLSL -> SPIR-V)", name, (unsigned long long)key,
            ms_since(&t0));
     if (vd->disk)
         kc_put(vd->disk, key, *words, *n * 4);
@@ -225,7 +225,7 @@ static burnc_status_t make_pipeline(vk_device *vd, int n_bindings, const uint32_
     return BURNC_OK;
 }
 
-static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, rt_kernel **out)
+static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, cg_glsl_options opt, rt_kernel **out)
 {
     vk_device *vd = vk_dev(dev);
     for (int s = 0; s < k->n_inputs; s++)
@@ -240,7 +240,7 @@ static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, r
     if (!rk)
         return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: out of memory", k->name);
     rk->key = key;
-    rk->opt = cg_glsl_resolve(&(cg_glsl_options){.no_f64 = !vd->f64});
+    rk->opt = cg_glsl_resolve(&opt);
     rk->n_bindings = 1 + k->n_inputs + k->n_outputs;
     char *glsl = cg_glsl_emit(k, &rk->opt);
     uint32_t *words = NULL;
@@ -248,7 +248,7 @@ static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, r
     burnc_status_t s = glsl ? BURNC_OK : burnc_error_code();
     if (s == BURNC_OK) {
         dump(k, key, glsl);
-        s = spirv_for(vd, k, glsl, &words, &n);
+        s = spirv_for(vd, k->name, glsl, &words, &n);
     }
     if (s == BURNC_OK)
         s = make_pipeline(vd, rk->n_bindings, words, n, k->name, &rk->pipeline);
@@ -274,16 +274,20 @@ static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, r
     return BURNC_OK;
 }
 
-burnc_status_t vk_compile_kernel(rt_device *dev, const kir_kernel *k, uint64_t key, rt_kernel **out)
+/* The kernel of this structure compiled with opt (memory, else built). */
+static burnc_status_t kernel_get(rt_device *dev, const kir_kernel *k, uint64_t key, cg_glsl_options opt,
+                                 rt_kernel **out)
 {
     vk_device *vd = vk_dev(dev);
+    opt = cg_glsl_resolve(&opt);
     mtx_lock(&vd->lock);
     rt_kernel *rk = vd->kernels;
-    while (rk && !(rk->key == key && rk->ir.n_insts == k->n_insts))
+    while (rk && !(rk->key == key && rk->ir.n_insts == k->n_insts && rk->opt.wg_size == opt.wg_size &&
+                   rk->opt.items == opt.items))
         rk = rk->next;
     burnc_status_t s = BURNC_OK;
     if (!rk) {
-        s = build(dev, k, key, &rk);
+        s = build(dev, k, key, opt, &rk);
         if (s == BURNC_OK) {
             rk->next = vd->kernels;
             vd->kernels = rk;
@@ -292,6 +296,23 @@ burnc_status_t vk_compile_kernel(rt_device *dev, const kir_kernel *k, uint64_t k
     mtx_unlock(&vd->lock);
     *out = rk;
     return s;
+}
+
+burnc_status_t vk_compile_kernel(rt_device *dev, const kir_kernel *k, uint64_t key, rt_kernel **out)
+{
+    vk_device *vd = vk_dev(dev);
+    cg_glsl_options opt = {.no_f64 = !vd->f64, .denorm32 = vd->denorm32, .denorm64 = vd->denorm64};
+    return kernel_get(dev, k, key, opt, out);
+}
+
+burnc_status_t vk_kernel_variant(rt_device *dev, rt_kernel *k, cg_glsl_options opt, rt_kernel **out)
+{
+    opt = cg_glsl_resolve(&opt);
+    if (opt.wg_size == k->opt.wg_size && opt.items == k->opt.items) {
+        *out = k;
+        return BURNC_OK;
+    }
+    return kernel_get(dev, &k->ir, k->key, opt, out);
 }
 
 burnc_status_t rt_vulkan_compile_glsl(const char *src)
@@ -305,14 +326,23 @@ burnc_status_t rt_vulkan_compile_glsl(const char *src)
 
 /* ---- Launching ---- */
 
+/* Workgroup size and items per invocation from autotune (tune.c): each is its own pipeline. */
 burnc_status_t vk_launch_kernel(rt_device *dev, rt_kernel *rk, const kir_args *args, rt_buffer *const *ins,
                                 rt_buffer *const *outs, bool epilogue)
 {
     (void)epilogue; /* matmuls run on the host: nothing to fuse into */
-    vk_device *vd = vk_dev(dev);
-    const kir_kernel *k = &rk->ir;
     if (rk->record)
         return rt_fail(BURNC_ERR_INTERNAL, "vulkan: launch_kernel of a record kernel");
+    rt_kernel *v;
+    RT_TRY(vk_tune_choose(dev, rk, args, ins, outs, &v));
+    return vk_launch_with(dev, v, args, ins, outs);
+}
+
+static burnc_status_t launch_with_locked(rt_device *dev, rt_kernel *rk, const kir_args *args, rt_buffer *const *ins,
+                              rt_buffer *const *outs)
+{
+    vk_device *vd = vk_dev(dev);
+    const kir_kernel *k = &rk->ir;
     uint32_t grid[2];
     cg_glsl_grid(k, &rk->opt, args->extents, grid);
     if (!grid[0])
@@ -354,36 +384,129 @@ burnc_status_t vk_launch_kernel(rt_device *dev, rt_kernel *rk, const kir_args *a
     return vk_batch_task_done(vd);
 }
 
+burnc_status_t vk_launch_with(rt_device *dev, rt_kernel *rk, const kir_args *args, rt_buffer *const *ins,
+                              rt_buffer *const *outs)
+{
+    vk_device *vd = vk_dev(dev);
+    mtx_lock(&vd->qlock);
+    burnc_status_t s = launch_with_locked(dev, rk, args, ins, outs);
+    mtx_unlock(&vd->qlock);
+    return s;
+}
+
 /* ---- Opaque records: on the host ---- */
 
 burnc_status_t vk_compile(rt_device *dev, const ir_group *g, rt_kernel **out)
 {
-    (void)dev;
     if (g->n != 1)
         return rt_fail(BURNC_ERR_INTERNAL, "vulkan: a record kernel runs one record, not %d", g->n);
     rt_kernel *k = calloc(1, sizeof *k);
     if (!k)
         return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "vulkan: out of memory for a kernel");
     k->record = true;
+    const ir_record *r = g->recs[0];
+    burnc_dtype_t dt = r->compute;
+    k->matmul = r->op == IR_OP_MATMUL && r->dtype == dt &&
+                (dt == BURNC_DTYPE_F32 || (dt == BURNC_DTYPE_F64 && vk_dev(dev)->f64) ||
+                 ((dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16) && vk_dev(dev)->storage16));
     *out = k;
     return BURNC_OK;
 }
 
+/* ---- Matmul on the device ---- */
+
+static burnc_status_t matmul_pipeline(rt_device *dev, rt_kernel *k, burnc_dtype_t dt, int rank)
+{
+    vk_device *vd = vk_dev(dev);
+    burnc_status_t s = BURNC_OK;
+    mtx_lock(&vd->lock);
+    if (!k->mm[rank]) {
+        cg_glsl_options opt = {.no_f64 = !vd->f64, .denorm32 = vd->denorm32, .denorm64 = vd->denorm64};
+        char *glsl = cg_glsl_matmul(dt, rank, &opt), name[32];
+        snprintf(name, sizeof name, "matmul_%s_r%d", ir_dtype_name(dt), rank);
+        uint32_t *words = NULL;
+        size_t n = 0;
+        s = glsl ? spirv_for(vd, name, glsl, &words, &n) : burnc_error_code();
+        if (s == BURNC_OK)
+            s = make_pipeline(vd, 4, words, n, name, &k->mm[rank]);
+        free(words);
+        free(glsl);
+    }
+    mtx_unlock(&vd->lock);
+    return s;
+}
+
+/* The fma chain of include/burnc.h per element, tiled (codegen/glsl.c); false when the grid
+ * does not fit (the host runs it then). */
+static burnc_status_t matmul_launch(rt_device *dev, rt_kernel *k, const ir_record *rec, rt_buffer *const *bufs,
+                                    bool *done)
+{
+    vk_device *vd = vk_dev(dev);
+    int r = rec->out_rank;
+    const ir_view *va = &rec->in[0].view, *vb = &rec->in[1].view;
+    int64_t words[64];
+    if (r < 2 || r > BURNC_MAX_RANK || cg_glsl_matmul_words() > 64)
+        return BURNC_OK;
+    cg_glsl_matmul_pack(r, rec->out_shape, va->shape[r - 1], va->offset, va->strides, vb->offset, vb->strides, words);
+    int64_t gx = (words[1] + 15) / 16, gy = (words[0] + 15) / 16, nb = words[3];
+    if (gx > 65535 || gy > 65535)
+        return BURNC_OK;
+    *done = true;
+    if (!gx || !gy || !nb)
+        return BURNC_OK;
+    RT_TRY(matmul_pipeline(dev, k, rec->compute, r));
+    size_t bytes = cg_glsl_matmul_words() * sizeof(int64_t);
+    vk_batch *b;
+    VkDeviceSize off;
+    RT_TRY(vk_batch_get(vd, &b));
+    if (vk_args_alloc(vd, b, bytes, &off) != BURNC_OK) {
+        RT_TRY(vk_drain(vd));
+        RT_TRY(vk_batch_get(vd, &b));
+        RT_TRY(vk_args_alloc(vd, b, bytes, &off));
+    }
+    memcpy((char *)b->args->map + off, words, bytes);
+    VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                      .descriptorPool = b->pool, .descriptorSetCount = 1,
+                                      .pSetLayouts = &vd->set_layout[4]};
+    VkDescriptorSet set;
+    VkResult res = vd->api.vkAllocateDescriptorSets(vd->dev, &ai, &set);
+    if (res != VK_SUCCESS)
+        return vk_fail(res, BURNC_ERR_EXECUTION, "vkAllocateDescriptorSets for matmul");
+    VkDescriptorBufferInfo bi[4] = {{b->args->buf, off, bytes},
+                                    {vk_buf(bufs[0])->buf, 0, VK_WHOLE_SIZE},
+                                    {vk_buf(bufs[1])->buf, 0, VK_WHOLE_SIZE},
+                                    {vk_buf(bufs[2])->buf, 0, VK_WHOLE_SIZE}};
+    VkWriteDescriptorSet w[4];
+    for (int i = 0; i < 4; i++)
+        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set,
+                                      .dstBinding = (uint32_t)i, .descriptorCount = 1,
+                                      .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .pBufferInfo = &bi[i]};
+    vd->api.vkUpdateDescriptorSets(vd->dev, 4, w, 0, NULL);
+    vd->api.vkCmdBindPipeline(b->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, k->mm[r]);
+    vd->api.vkCmdBindDescriptorSets(b->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, vd->pipe_layout[4], 0, 1, &set, 0, NULL);
+    vd->api.vkCmdDispatch(b->cmd, (uint32_t)gx, (uint32_t)gy, (uint32_t)(nb < 65535 ? nb : 65535));
+    return vk_batch_task_done(vd);
+}
+
 /* Runs the record with the reference kernels on host views of its buffers: the mapped memory
  * itself where the device's memory is the host's, else copies. */
-burnc_status_t vk_launch(rt_device *dev, rt_kernel *k, const ir_group *g, rt_buffer *const *const *bufs)
+static burnc_status_t launch_locked(rt_device *dev, rt_kernel *k, const ir_group *g, rt_buffer *const *const *bufs)
 {
     if (!k->record || g->n != 1)
         return rt_fail(BURNC_ERR_INTERNAL, "vulkan: launch of a group this kernel was not compiled for");
     vk_device *vd = vk_dev(dev);
     const ir_record *rec = g->recs[0];
+    if (k->matmul) {
+        bool done = false;
+        RT_TRY(matmul_launch(dev, k, rec, bufs[0], &done));
+        if (done)
+            return BURNC_OK;
+    }
     int n = rec->n_in + 1;
-    rt_buffer views[KIR_MAX_INPUTS + 1 > 64 ? KIR_MAX_INPUTS + 1 : 64];
-    rt_buffer *ptrs[64];
-    if (n > 64)
-        return rt_fail(BURNC_ERR_INTERNAL, "vulkan: %s with %d inputs", ir_op_name(rec->op), rec->n_in);
-    RT_TRY(vk_drain(vd));
-    burnc_status_t s = BURNC_OK;
+    rt_buffer *views = calloc((size_t)n, sizeof *views);
+    rt_buffer **ptrs = calloc((size_t)n, sizeof *ptrs);
+    burnc_status_t s = views && ptrs ? vk_drain(vd)
+                                     : rt_fail(BURNC_ERR_OUT_OF_MEMORY, "vulkan: %s: out of memory", ir_op_name(rec->op));
     int made = 0;
     for (; made < n && s == BURNC_OK; made++) {
         vk_buffer *b = vk_buf(bufs[0][made]);
@@ -407,13 +530,28 @@ burnc_status_t vk_launch(rt_device *dev, rt_kernel *k, const ir_group *g, rt_buf
     for (int i = 0; i < made; i++)
         if (!vk_buf(bufs[0][i])->map)
             free(views[i].host);
+    free(views);
+    free(ptrs);
+    return s;
+}
+
+burnc_status_t vk_launch(rt_device *dev, rt_kernel *k, const ir_group *g, rt_buffer *const *const *bufs)
+{
+    vk_device *vd = vk_dev(dev);
+    mtx_lock(&vd->qlock);
+    burnc_status_t s = launch_locked(dev, k, g, bufs);
+    mtx_unlock(&vd->qlock);
     return s;
 }
 
 void vk_kernel_free(rt_device *dev, rt_kernel *k)
 {
-    (void)dev;
     /* record kernels only: compiled ones belong to the device's list */
-    if (k && k->record)
-        free(k);
+    if (!k || !k->record)
+        return;
+    vk_device *vd = vk_dev(dev);
+    for (int r = 0; r <= BURNC_MAX_RANK; r++)
+        if (k->mm[r])
+            vd->api.vkDestroyPipeline(vd->dev, k->mm[r], NULL);
+    free(k);
 }

@@ -73,7 +73,9 @@ static inline vk_buffer *vk_buf(rt_buffer *b) { return (vk_buffer *)b; }
 
 /* ---- Kernels (kernels.c) ------------------------------------------------------------------ */
 struct rt_kernel {
-    bool record;          /* an opaque record, run on the host */
+    bool record;          /* an opaque record, run on the host (matmul: on the device) */
+    bool matmul;          /* a MATMUL record of a float dtype: the tiled shader */
+    VkPipeline mm[BURNC_MAX_RANK + 1]; /* matmul pipelines by rank, made on first use */
     uint64_t key;         /* kir_hash */
     kir_kernel ir;        /* a copy, for equality and the launch layout */
     cg_glsl_options opt;
@@ -105,6 +107,7 @@ typedef struct vk_device {
     uint32_t family;
     VkCommandPool cmd_pool;
     bool f64, i64, storage8, storage16;
+    bool denorm32, denorm64; /* float controls: denormals preserved in shaders */
     int max_tasks;
     vk_batch batches[VK_BATCHES];
     int cur;
@@ -115,7 +118,10 @@ typedef struct vk_device {
     VkPipelineCache pipe_cache;
     char *pipe_cache_path;
     bool pipe_cache_loaded;
-    mtx_t lock; /* kernels list, disk cache */
+    mtx_t lock;  /* kernels list, disk cache, pipeline cache file */
+    mtx_t qlock; /* batches: held (recursively) by every entry point that records, submits or
+                    waits; reads and writes come from any thread, launches from the flush.
+                    Order: qlock before lock. */
     struct rt_kernel *kernels;
     struct kc_cache *disk;
     bool disk_tried;
@@ -147,6 +153,14 @@ void vk_kernels_free(rt_device *dev);
 burnc_status_t vk_compile(rt_device *dev, const ir_group *g, rt_kernel **out);
 burnc_status_t vk_launch(rt_device *dev, rt_kernel *k, const ir_group *g, rt_buffer *const *const *bufs);
 void vk_kernel_free(rt_device *dev, rt_kernel *k);
+/* k's structure compiled with other code parameters (k itself when they are k's). */
+burnc_status_t vk_kernel_variant(rt_device *dev, rt_kernel *k, cg_glsl_options opt, rt_kernel **out);
+/* Records one dispatch of exactly this compiled kernel. */
+burnc_status_t vk_launch_with(rt_device *dev, rt_kernel *k, const kir_args *args, rt_buffer *const *ins,
+                              rt_buffer *const *outs);
+/* The variant autotune picks for this launch (tune.c); tunes now under BURNC_AUTOTUNE=on. */
+burnc_status_t vk_tune_choose(rt_device *dev, rt_kernel *k, const kir_args *args, rt_buffer *const *ins,
+                              rt_buffer *const *outs, rt_kernel **out);
 burnc_status_t vk_compile_kernel(rt_device *dev, const kir_kernel *k, uint64_t key, rt_kernel **out);
 burnc_status_t vk_launch_kernel(rt_device *dev, rt_kernel *k, const kir_args *args, rt_buffer *const *ins,
                                 rt_buffer *const *outs, bool epilogue);
