@@ -12,10 +12,14 @@ static _Thread_local char last_msg[512];
 
 burnc_status_t rt_fail(burnc_status_t code, const char *fmt, ...)
 {
+    /* formatted aside first: an argument may be the last message itself (a wrapper adding
+     * context to burnc_error_message()) */
+    char msg[sizeof last_msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_msg, msg, sizeof last_msg);
     last_code = code;
     return code;
 }

@@ -699,3 +699,22 @@ Test(errors, status_names)
     cr_assert_not_null(burnc_status_name((burnc_status_t)-1));
     BT_LEAK_CHECK();
 }
+
+/* The runtime's error setter (runtime/error.c), which wrappers call with the last message as an
+ * argument to add context to it. */
+burnc_status_t rt_fail(burnc_status_t code, const char *fmt, ...);
+
+Test(errors, wrapping_the_last_message_keeps_it)
+{
+    cr_assert_null(burnc_device_open("nosuchdevice"));
+    char inner[512];
+    snprintf(inner, sizeof inner, "%s", burnc_error_message());
+    cr_assert(strlen(inner) > 10, "no message to wrap: \"%s\"", inner);
+    rt_fail(BURNC_ERR_INTERNAL, "outer context: %s", burnc_error_message());
+    char want[600];
+    snprintf(want, sizeof want, "outer context: %s", inner);
+    cr_assert_str_eq(burnc_error_message(), want);
+    cr_assert_eq(burnc_error_code(), BURNC_ERR_INTERNAL);
+    burnc_error_clear();
+    BT_LEAK_CHECK();
+}
