@@ -1360,8 +1360,9 @@ done:
     fn_end(&c);
 }
 
-/* Whether the stages read more inputs contiguously along the last outer axis (and strided
- * along the inner reduced one) than contiguously along the inner reduced axis. */
+/* Whether the stages would gather fewer of their loads across rows than along them: a load
+ * strided along the inner reduced axis is a gather per row, one strided along the last outer
+ * axis a gather per group of rows (UNIT or ZERO there is a vector or one scalar). */
 static bool choose_cols(const kir_kernel *k)
 {
     if (k->n_stages == 0 || k->n_outer == 0 || k->n_outer == k->rank || k->n_insts == 0)
@@ -1373,16 +1374,16 @@ static bool choose_cols(const kir_kernel *k)
     for (int s = 0; s < k->n_stages; s++)
         roots[s] = k->stages[s].value;
     mark_needed(k, roots, k->n_stages, NULL, need);
-    int o = k->n_outer - 1, inner = k->rank - 1, across = 0, along = 0;
+    int o = k->n_outer - 1, inner = k->rank - 1, row_gathers = 0, col_gathers = 0;
     for (int i = 0; i < k->n_insts; i++) {
         if (!need[i] || k->insts[i].op != KIR_LOAD)
             continue;
         const uint8_t *st = k->inputs[k->insts[i].a].stride;
-        along += st[inner] == KIR_STRIDE_UNIT;
-        across += st[inner] == KIR_STRIDE_ANY && st[o] == KIR_STRIDE_UNIT;
+        row_gathers += st[inner] == KIR_STRIDE_ANY;
+        col_gathers += st[o] == KIR_STRIDE_ANY;
     }
     free(need);
-    return across > along;
+    return row_gathers > col_gathers;
 }
 
 /* Stage s of `row` into reduced[s]: the leaves in order, combined by the pairwise tree with
