@@ -13,7 +13,9 @@
  * Code shape. Every entry takes one byval block of 8-byte words (ptx.h's layout). Values are
  * emitted per "site" (one position, or a row for row-level values) from scratch, memoized within
  * the site; O3 hoists what does not depend on the position out of the loops. Inputs that no
- * output overwrites are loaded with !invariant.load, which NVPTX turns into ld.global.nc. */
+ * output overwrites are loaded with !invariant.load, which NVPTX turns into ld.global.nc.
+ * Loops over a row's positions issue the loads of several positions before using any
+ * (positions()), and rows that fit go through shared memory, so a row is read once. */
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/DebugInfo.h>
@@ -45,6 +47,9 @@ typedef struct gen {
     /* shared memory of the block-per-row entry: a chunk's leaf records, the binary-counter
      * stack of chunk results, the stage result */
     LLVMValueRef sh_leaf, sh_stack, sh_res;
+    bool cached[KIR_MAX_INPUTS]; /* kept in shared memory by the shared-memory row entry */
+    bool kept[KIR_MAX_STAGES];   /* stages whose values that entry keeps there */
+    LLVMValueRef sh_dyn;         /* that entry's dynamic shared memory */
 } gen;
 
 /* ---- Float remainder, exactly -------------------------------------------------------------
@@ -145,6 +150,10 @@ typedef struct ent {
     LLVMValueRef ext[BURNC_MAX_RANK], row_len;
     LLVMValueRef in_base[KIR_MAX_INPUTS], out_base[KIR_MAX_OUTPUTS];
     LLVMValueRef lane, tid;
+    bool smem;                               /* cached inputs are read from shared memory */
+    LLVMValueRef smem_base[KIR_MAX_INPUTS]; /* their rows there */
+    LLVMValueRef kept_base[KIR_MAX_STAGES]; /* the kept stages' values there */
+    bool kept_ready[KIR_MAX_STAGES];        /* ... once written: later phases read them */
 } ent;
 
 /* One row (or, element-wise, one position): its outer indices and the slots' offsets there. */
@@ -164,6 +173,8 @@ typedef struct site {
     LLVMValueRef *vin; /* [n_inputs] or NULL */
     int item;
     LLVMValueRef *val; /* memo, [n_insts] */
+    LLVMValueRef j;    /* the position in the row (NULL: row-level) */
+    LLVMValueRef raw;  /* a value a group's first pass leaves for its second */
 } site;
 
 static LLVMValueRef ki64(gen *g, int64_t v) { return LLVMConstInt(g->e.t_i64, (unsigned long long)v, 1); }
@@ -330,6 +341,7 @@ static bool site_begin(ent *e, rowc *r, LLVMValueRef j, site *s)
     s->e = e;
     s->r = r;
     s->val = calloc((size_t)(k->n_insts > 0 ? k->n_insts : 1), sizeof *s->val);
+    s->j = j;
     memcpy(s->idx, r->idx, sizeof s->idx);
     if (j && k->n_outer < k->rank) {
         decompose(e, j, k->n_outer, k->rank, s->idx);
@@ -368,7 +380,11 @@ static LLVMValueRef load_input(site *s, int slot)
         raw = s->vin[slot];
     else if (s->vin && s->vin[slot])
         raw = LLVMBuildExtractElement(g->e.b, s->vin[slot], ki32(g, s->item), "");
-    else
+    else if (e->smem && g->cached[slot] && s->j) {
+        LLVMValueRef p = LLVMBuildGEP2(g->e.b, cg_mem_ty(&g->e, dt), e->smem_base[slot], &s->j, 1, "");
+        raw = LLVMBuildLoad2(g->e.b, cg_mem_ty(&g->e, dt), p, "");
+        LLVMSetAlignment(raw, cg_mem_align(dt));
+    } else
         raw = load_mem(g, e->in_base[slot], s->in_off[slot], cg_mem_ty(&g->e, dt), cg_mem_ty(&g->e, dt),
                        cg_mem_align(dt), !g->writable_input[slot]);
     return cg_from_mem(&g->e, raw, dt, 1);
@@ -395,6 +411,13 @@ static LLVMValueRef ev(site *s, int i)
     const kir_inst *in = &g->e.k->insts[i];
     int t = in->type;
     LLVMValueRef v;
+    for (int st = 0; e->smem && s->j && st < g->e.k->n_stages; st++)
+        if (e->kept_ready[st] && g->e.k->stages[st].value == i) {
+            LLVMValueRef p = LLVMBuildGEP2(g->e.b, cg_ty_of(&g->e, t), e->kept_base[st], &s->j, 1, "");
+            v = LLVMBuildLoad2(g->e.b, cg_ty_of(&g->e, t), p, "");
+            LLVMSetAlignment(v, (unsigned)cg_ptx_kept_size(t));
+            return s->val[i] = v;
+        }
     switch (in->op) {
     case KIR_LOAD: v = load_input(s, in->a); break;
     case KIR_CONST:
@@ -509,14 +532,134 @@ static LLVMValueRef umin64(gen *g, LLVMValueRef a, LLVMValueRef b)
     return LLVMBuildSelect(g->e.b, LLVMBuildICmp(g->e.b, LLVMIntULT, a, b, ""), a, b, "");
 }
 
+/* ---- Positions in groups -----------------------------------------------------------------
+ * A thread's positions first, first + step, ... < end go in groups of GROUP: every site of a
+ * group runs `pre` (its loads) before any runs `body` (their uses), so GROUP loads per thread
+ * are in flight at once (scripts/gpu/NOTES.md: the probe reached the read roofline with 8).
+ * Bodies run in position order, so a reduction still combines in kernel.h's order; the last
+ * positions, fewer than a group, go one at a time. Sites that divide their position into several
+ * reduced indices, or carry an i64 position (ARG combiners), take groups of 4: 8 of them kept
+ * 90 registers live (a block of 1024 threads has 64 each). */
+enum { GROUP = 8 };
+
+static int group_size(const kir_kernel *k, bool arg) { return arg || k->rank - k->n_outer > 1 ? GROUP / 2 : GROUP; }
+
+typedef struct group_ctx {
+    int group;        /* sites per group */
+    const bool *need; /* instructions whose loads `pre` issues */
+    int st;           /* the stage accumulated */
+    LLVMValueRef acc, accp;
+    int slot; /* the input copied */
+} group_ctx;
+
+typedef bool (*site_fn)(site *s, group_ctx *c);
+
+static bool run_sites(site *s, int n, site_fn pre, site_fn body, group_ctx *c)
+{
+    bool ok = true;
+    for (int i = 0; i < n; i++)
+        ok = ok && s[i].val != NULL;
+    for (int i = 0; ok && i < n; i++)
+        ok = pre(&s[i], c);
+    for (int i = 0; ok && i < n; i++)
+        ok = body(&s[i], c);
+    for (int i = 0; i < n; i++)
+        free(s[i].val);
+    return ok;
+}
+
+static bool positions(ent *e, rowc *r, LLVMValueRef first, LLVMValueRef step, LLVMValueRef end, site_fn pre,
+                      site_fn body, group_ctx *c)
+{
+    gen *g = e->g;
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef var = entry_alloca(e, g->e.t_i64);
+    LLVMBuildStore(b, first, var);
+    LLVMBasicBlockRef head = block(e, "group"), body_bb = block(e, "group_body"), out = block(e, "group_out");
+    LLVMBuildBr(b, head);
+    LLVMPositionBuilderAtEnd(b, head);
+    LLVMValueRef i = LLVMBuildLoad2(b, g->e.t_i64, var, "");
+    int n = c->group;
+    LLVMValueRef last = LLVMBuildAdd(b, i, LLVMBuildMul(b, step, ki64(g, n - 1), ""), "");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, last, end, ""), body_bb, out);
+    LLVMPositionBuilderAtEnd(b, body_bb);
+    site s[GROUP];
+    for (int u = 0; u < n; u++)
+        site_begin(e, r, LLVMBuildAdd(b, i, LLVMBuildMul(b, step, ki64(g, u), ""), ""), &s[u]);
+    bool ok = run_sites(s, n, pre, body, c);
+    LLVMBuildStore(b, LLVMBuildAdd(b, i, LLVMBuildMul(b, step, ki64(g, n), ""), ""), var);
+    no_unroll(g, LLVMBuildBr(b, head));
+    LLVMPositionBuilderAtEnd(b, out);
+    loop l;
+    loop_begin(e, &l, i, step, end);
+    site_begin(e, r, l.i, &s[0]);
+    ok = run_sites(s, 1, pre, body, c) && ok;
+    loop_end(e, &l);
+    no_unroll(g, l.back);
+    return ok;
+}
+
+/* Marks the roots and every instruction they depend on (operands come before their users).
+ * NULL when out of memory. */
+static bool *reach(const kir_kernel *k, const int32_t *roots, int n)
+{
+    bool *m = calloc((size_t)(k->n_insts > 0 ? k->n_insts : 1), sizeof *m);
+    if (!m)
+        return NULL;
+    for (int i = 0; i < n; i++)
+        m[roots[i]] = true;
+    for (int i = k->n_insts - 1; i >= 0; i--) {
+        if (!m[i])
+            continue;
+        const kir_inst *in = &k->insts[i];
+        int32_t o[3] = {in->a, in->b, in->c};
+        for (int j = 0; j < n_operands(in->op); j++)
+            m[o[j]] = true;
+    }
+    return m;
+}
+
+static bool pre_loads(site *s, group_ctx *c)
+{
+    const kir_kernel *k = s->e->g->e.k;
+    for (int i = 0; i < k->n_insts; i++)
+        if (c->need[i] && k->insts[i].op == KIR_LOAD)
+            ev(s, i);
+    return true;
+}
+
 /* ---- Element-wise ------------------------------------------------------------------------
  * Thread t owns positions [t * items, t * items + items). Fast path (the planner's flag: every
  * slot is contiguous over the flattened domain, its base aligned for the vector): one vector
- * load per input and one vector store per output (16 bytes at f32 x 4). General path (any other
- * layout, and the domain's last thread): a loop over the thread's positions, indices from one
- * division chain and then stepped, offsets from the strides. */
+ * load per input and one vector store per output (16 bytes at f32 x 4). Innermost path (the
+ * planner's other flag, cg_ptx_has_inner: the thread's positions lie in one innermost row, the
+ * vectors aligned): the slots' offsets once from the first position's indices, a vector per
+ * unit-stride input and output, one element per input broadcast along the last axis. General
+ * path (any other layout, and the domain's last thread): a loop over the thread's positions,
+ * indices from one division chain and then stepped, offsets from the strides. */
 
-static bool ew_fast(ent *e, LLVMValueRef p0, LLVMValueRef (*idx)[BURNC_MAX_RANK])
+/* A vector load of input s. O3's VectorCombine turns a vector load used only by
+ * extractelement into scalar loads and drops !invariant.load on the way (LLVM 19: all inputs
+ * but one lost ld.global.nc); the ldg intrinsic keeps the vector whole and non-coherent. It
+ * takes 2 or 4 elements of up to 32 bits, 2 of 64. */
+static LLVMValueRef load_vec(ent *e, int s, LLVMValueRef off, int n, unsigned align)
+{
+    gen *g = e->g;
+    LLVMTypeRef et = cg_mem_ty(&g->e, g->e.k->inputs[s].dtype);
+    LLVMTypeKind kind = LLVMGetTypeKind(et);
+    bool fl = kind == LLVMFloatTypeKind || kind == LLVMDoubleTypeKind;
+    unsigned bits = kind == LLVMFloatTypeKind ? 32 : kind == LLVMDoubleTypeKind ? 64 : LLVMGetIntTypeWidth(et);
+    if (g->writable_input[s] || !(n == 2 || (n == 4 && bits <= 32)))
+        return load_mem(g, e->in_base[s], off, et, vty(et, n), align, !g->writable_input[s]);
+    LLVMTypeRef tys[2] = {vty(et, n), g->t_gptr};
+    LLVMValueRef args[2] = {LLVMBuildGEP2(g->e.b, et, gptr(g, e->in_base[s]), &off, 1, ""), ki32(g, (int)align)};
+    return cg_call_intrinsic(&g->e, fl ? "llvm.nvvm.ldg.global.f" : "llvm.nvvm.ldg.global.i", tys, 2, args, 2);
+}
+
+/* The vector paths: in_at[s] is input s's offset at the thread's first position when it is
+ * loaded as a vector (NULL: loaded per item at its own offset, the same for every item when it
+ * is broadcast), out_at[s] the output's. */
+static bool ew_vec(ent *e, const LLVMValueRef *in_at, const LLVMValueRef *out_at, LLVMValueRef (*idx)[BURNC_MAX_RANK])
 {
     gen *g = e->g;
     const kir_kernel *k = g->e.k;
@@ -524,13 +667,11 @@ static bool ew_fast(ent *e, LLVMValueRef p0, LLVMValueRef (*idx)[BURNC_MAX_RANK]
     bool ok = true;
     LLVMValueRef vin[KIR_MAX_INPUTS] = {0}, vout[KIR_MAX_OUTPUTS] = {0};
     for (int s = 0; s < k->n_inputs; s++) {
-        if (cg_ptx_slot_uniform(k, &k->inputs[s]))
+        if (!in_at[s])
             continue;
         burnc_dtype_t dt = k->inputs[s].dtype;
         unsigned size = cg_mem_align(dt), align = (unsigned)n * size > 16 ? 16 : (unsigned)n * size;
-        LLVMValueRef off = LLVMBuildAdd(g->e.b, word(e, g->lay.in_off + s), p0, "");
-        vin[s] = load_mem(g, e->in_base[s], off, cg_mem_ty(&g->e, dt), vty(cg_mem_ty(&g->e, dt), n), align,
-                          !g->writable_input[s]);
+        vin[s] = load_vec(e, s, in_at[s], n, align);
     }
     for (int s = 0; s < k->n_outputs; s++)
         vout[s] = LLVMGetPoison(vty(cg_mem_ty(&g->e, k->outputs[s].dtype), n));
@@ -555,8 +696,7 @@ static bool ew_fast(ent *e, LLVMValueRef p0, LLVMValueRef (*idx)[BURNC_MAX_RANK]
             continue;
         burnc_dtype_t dt = k->outputs[s].dtype;
         unsigned size = cg_mem_align(dt), align = (unsigned)n * size > 16 ? 16 : (unsigned)n * size;
-        LLVMValueRef off = LLVMBuildAdd(g->e.b, word(e, g->lay.out_off + s), p0, "");
-        store_mem(g, e->out_base[s], off, cg_mem_ty(&g->e, dt), vout[s], align);
+        store_mem(g, e->out_base[s], out_at[s], cg_mem_ty(&g->e, dt), vout[s], align);
         vout[s] = NULL; /* one store per slot, of the last values */
     }
     return ok;
@@ -586,13 +726,42 @@ static bool emit_ew(gen *g)
     LLVMBuildCondBr(b, LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntNE, flag, ki64(g, 0), ""), whole, ""), fast, slow);
 
     LLVMPositionBuilderAtEnd(b, fast);
-    bool ok = ew_fast(&e, p0, idx);
+    const kir_kernel *k = g->e.k;
+    LLVMValueRef in_at[KIR_MAX_INPUTS] = {0}, out_at[KIR_MAX_OUTPUTS] = {0};
+    for (int s = 0; s < k->n_inputs; s++)
+        if (!cg_ptx_slot_uniform(k, &k->inputs[s]))
+            in_at[s] = LLVMBuildAdd(b, word(&e, g->lay.in_off + s), p0, "");
+    for (int s = 0; s < k->n_outputs; s++)
+        out_at[s] = LLVMBuildAdd(b, word(&e, g->lay.out_off + s), p0, "");
+    bool ok = ew_vec(&e, in_at, out_at, idx);
     LLVMBuildBr(b, done);
+
+    if (cg_ptx_has_inner(k)) {
+        LLVMBasicBlockRef inner = block(&e, "inner"), general = block(&e, "general");
+        LLVMPositionBuilderAtEnd(b, slow);
+        LLVMValueRef iflag = LLVMBuildAnd(b, launch_word(&e, CG_PTX_L_FLAGS), ki64(g, CG_PTX_FLAG_INNER), "");
+        LLVMBuildCondBr(b, LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntNE, iflag, ki64(g, 0), ""), whole, ""), inner,
+                        general);
+        LLVMPositionBuilderAtEnd(b, inner);
+        rowc r0;
+        row_at(&e, &r0, idx[0]);
+        for (int s = 0; s < k->n_inputs; s++)
+            in_at[s] = k->inputs[s].stride[k->rank - 1] == KIR_STRIDE_UNIT ? r0.in_off[s] : NULL;
+        /* the items step along the last axis only: their other indices, so the broadcast
+         * inputs' offsets, are the first item's (one load each after CSE) */
+        LLVMValueRef iidx[8][BURNC_MAX_RANK];
+        for (int it = 0; it < g->items; it++) {
+            memcpy(iidx[it], idx[0], sizeof iidx[it]);
+            iidx[it][k->rank - 1] = LLVMBuildAdd(b, idx[0][k->rank - 1], ki64(g, it), "");
+        }
+        ok = ew_vec(&e, in_at, r0.out_off, iidx) && ok;
+        LLVMBuildBr(b, done);
+        slow = general;
+    }
 
     /* the general path, a loop over the thread's positions: the indices step from one to the
      * next */
     LLVMPositionBuilderAtEnd(b, slow);
-    const kir_kernel *k = g->e.k;
     LLVMValueRef at[BURNC_MAX_RANK];
     for (int d = 0; d < k->rank; d++) {
         at[d] = entry_alloca(&e, g->e.t_i64);
@@ -671,6 +840,28 @@ static void warp_tree(ent *e, int comb, int t, LLVMValueRef *v, LLVMValueRef *p)
 
 static int stage_type(const kir_kernel *k, int s) { return k->insts[k->stages[s].value].type; }
 
+/* Combines stage c->st's value at site s into the accumulator (a position's turn in the
+ * lane's order). */
+static bool accumulate(site *s, group_ctx *c)
+{
+    gen *g = s->e->g;
+    LLVMBuilderRef b = g->e.b;
+    int comb = g->e.k->stages[c->st].combiner, t = stage_type(g->e.k, c->st);
+    bool arg = is_arg_comb(comb);
+    LLVMValueRef x = ev(s, g->e.k->stages[c->st].value), nv, np = NULL;
+    LLVMValueRef cv = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), c->acc, "");
+    LLVMValueRef cp = arg ? LLVMBuildLoad2(b, g->e.t_i64, c->accp, "") : NULL;
+    cg_combine(&g->e, comb, t, cv, cp, x, s->j, &nv, &np);
+    if (s->e->smem && g->kept[c->st]) {
+        LLVMValueRef p = LLVMBuildGEP2(b, cg_ty_of(&g->e, t), s->e->kept_base[c->st], &s->j, 1, "");
+        LLVMSetAlignment(LLVMBuildStore(b, x, p), (unsigned)cg_ptx_kept_size(t));
+    }
+    LLVMBuildStore(b, nv, c->acc);
+    if (arg)
+        LLVMBuildStore(b, np, c->accp);
+    return true;
+}
+
 /* The result of stage `st` over row positions [start, end) (at most one leaf) of row r, by the
  * whole warp: lane l combines positions start + l, start + l + 32, ... in order from the
  * identity, then the lane tree. Every lane gets the result. */
@@ -679,27 +870,18 @@ static bool leaf_result(ent *e, rowc *r, int st, LLVMValueRef start, LLVMValueRe
     gen *g = e->g;
     LLVMBuilderRef b = g->e.b;
     int comb = g->e.k->stages[st].combiner, t = stage_type(g->e.k, st);
-    bool arg = is_arg_comb(comb);
-    LLVMValueRef acc = entry_alloca(e, cg_ty_of(&g->e, t)), accp = entry_alloca(e, g->e.t_i64);
-    LLVMBuildStore(b, cg_identity(&g->e, comb, t, 1), acc);
-    LLVMBuildStore(b, ki64(g, INT64_MAX), accp);
-    loop j;
-    loop_begin(e, &j, LLVMBuildAdd(b, start, e->lane, ""), ki64(g, W), end);
-    site s;
-    bool ok = site_begin(e, r, j.i, &s);
-    if (ok) {
-        LLVMValueRef x = ev(&s, g->e.k->stages[st].value), nv, np = NULL;
-        LLVMValueRef cv = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), acc, "");
-        LLVMValueRef cp = arg ? LLVMBuildLoad2(b, g->e.t_i64, accp, "") : NULL;
-        cg_combine(&g->e, comb, t, cv, cp, x, j.i, &nv, &np);
-        LLVMBuildStore(b, nv, acc);
-        if (arg)
-            LLVMBuildStore(b, np, accp);
-    }
-    free(s.val);
-    loop_end(e, &j);
-    *v = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), acc, "");
-    *p = LLVMBuildLoad2(b, g->e.t_i64, accp, "");
+    group_ctx c = {.group = group_size(g->e.k, is_arg_comb(comb)),
+                   .st = st,
+                   .acc = entry_alloca(e, cg_ty_of(&g->e, t)),
+                   .accp = entry_alloca(e, g->e.t_i64)};
+    LLVMBuildStore(b, cg_identity(&g->e, comb, t, 1), c.acc);
+    LLVMBuildStore(b, ki64(g, INT64_MAX), c.accp);
+    bool *need = reach(g->e.k, &g->e.k->stages[st].value, 1);
+    c.need = need;
+    bool ok = need && positions(e, r, LLVMBuildAdd(b, start, e->lane, ""), ki64(g, W), end, pre_loads, accumulate, &c);
+    free(need);
+    *v = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), c.acc, "");
+    *p = LLVMBuildLoad2(b, g->e.t_i64, c.accp, "");
     warp_tree(e, comb, t, v, p);
     return ok;
 }
@@ -714,17 +896,26 @@ static LLVMValueRef stage_value(gen *g, int st, LLVMValueRef v, LLVMValueRef p)
     return LLVMBuildSelect(g->e.b, none, ki64(g, 0), p, "");
 }
 
+static bool store_body(site *s, group_ctx *c)
+{
+    (void)c;
+    emit_stores(s, ST_ELEM);
+    return true;
+}
+
 /* The element stores of row r at positions first, first + step, ... < the row's length. */
 static bool elem_stores(ent *e, rowc *r, LLVMValueRef first, LLVMValueRef step)
 {
-    loop j;
-    loop_begin(e, &j, first, step, e->row_len);
-    site s;
-    bool ok = site_begin(e, r, j.i, &s);
-    if (ok)
-        emit_stores(&s, ST_ELEM);
-    free(s.val);
-    loop_end(e, &j);
+    const kir_kernel *k = e->g->e.k;
+    int32_t roots[KIR_MAX_OUTPUTS];
+    int n = 0;
+    for (int i = 0; i < k->n_stores; i++)
+        if (!k->stores[i].row)
+            roots[n++] = k->stores[i].value;
+    bool *need = reach(k, roots, n);
+    group_ctx c = {.group = group_size(k, false), .need = need};
+    bool ok = need && positions(e, r, first, step, e->row_len, pre_loads, store_body, &c);
+    free(need);
     return ok;
 }
 
@@ -909,13 +1100,67 @@ static void stack_fold(ent *e, int st, LLVMValueRef n_chunks, LLVMValueRef *v, L
     *p = LLVMBuildLoad2(b, g->e.t_i64, ap, "");
 }
 
+static bool copy_load(site *s, group_ctx *c)
+{
+    ent *e = s->e;
+    gen *g = e->g;
+    burnc_dtype_t dt = g->e.k->inputs[c->slot].dtype;
+    s->raw = load_mem(g, e->in_base[c->slot], s->in_off[c->slot], cg_mem_ty(&g->e, dt), cg_mem_ty(&g->e, dt),
+                      cg_mem_align(dt), !g->writable_input[c->slot]);
+    return true;
+}
+
+static bool copy_store(site *s, group_ctx *c)
+{
+    gen *g = s->e->g;
+    burnc_dtype_t dt = g->e.k->inputs[c->slot].dtype;
+    LLVMValueRef p = LLVMBuildGEP2(g->e.b, cg_mem_ty(&g->e, dt), s->e->smem_base[c->slot], &s->j, 1, "");
+    LLVMSetAlignment(LLVMBuildStore(g->e.b, s->raw, p), cg_mem_align(dt));
+    return true;
+}
+
+/* The shared-memory row entry's first step: the whole block copies row r of every cached input
+ * into its region of dynamic shared memory (regions as cg_ptx_row_smem_bytes lays them out,
+ * the kept stages' after the inputs'); from then on the row's loads of those inputs read
+ * shared memory. */
+static bool copy_row(ent *e, rowc *r)
+{
+    gen *g = e->g;
+    LLVMBuilderRef b = g->e.b;
+    const kir_kernel *k = g->e.k;
+    LLVMValueRef at = ki64(g, 0), ntid = sreg(g, "ntid.x");
+    bool ok = true;
+    for (int s = 0; s < k->n_inputs && ok; s++) {
+        if (!g->cached[s])
+            continue;
+        burnc_dtype_t dt = k->inputs[s].dtype;
+        e->smem_base[s] = LLVMBuildGEP2(b, g->e.t_i8, g->sh_dyn, &at, 1, "");
+        LLVMValueRef bytes = LLVMBuildMul(b, e->row_len, ki64(g, cg_mem_align(dt)), "");
+        at = LLVMBuildAdd(b, at, LLVMBuildAnd(b, LLVMBuildAdd(b, bytes, ki64(g, 15), ""), ki64(g, ~(int64_t)15), ""), "");
+        group_ctx c = {.group = group_size(k, false), .slot = s};
+        ok = positions(e, r, e->tid, ntid, e->row_len, copy_load, copy_store, &c);
+    }
+    for (int st = 0; st < k->n_stages; st++) {
+        if (!g->kept[st])
+            continue;
+        e->kept_base[st] = LLVMBuildGEP2(b, g->e.t_i8, g->sh_dyn, &at, 1, "");
+        int size = cg_ptx_kept_size(k->insts[k->stages[st].value].type);
+        LLVMValueRef bytes = LLVMBuildMul(b, e->row_len, ki64(g, size), "");
+        at = LLVMBuildAdd(b, at, LLVMBuildAnd(b, LLVMBuildAdd(b, bytes, ki64(g, 15), ""), ki64(g, ~(int64_t)15), ""), "");
+    }
+    barrier(g);
+    e->smem = true;
+    return ok;
+}
+
 /* Longer rows: block c takes row c; per stage, rounds of 32 leaves (warps take whole leaves,
  * lane 0 writes the leaf record to shared memory), warp 0 reduces the round with the lane
- * tree, thread 0 stacks the round's result; the stage result goes through shared memory. */
-static bool emit_rows_block(gen *g)
+ * tree, thread 0 stacks the round's result; the stage result goes through shared memory.
+ * With smem (the shared-memory row entry), the cached inputs are copied on chip first. */
+static bool emit_rows_block(gen *g, bool smem)
 {
     ent e;
-    ent_begin(g, &e, CG_PTX_ENTRY_ROWS_BLOCK);
+    ent_begin(g, &e, smem ? CG_PTX_ENTRY_ROWS_SMEM : CG_PTX_ENTRY_ROWS_BLOCK);
     LLVMBuilderRef b = g->e.b;
     LLVMValueRef row = sreg(g, "ctaid.x");
     LLVMBasicBlockRef work = block(&e, "work"), done = block(&e, "done");
@@ -930,7 +1175,7 @@ static bool emit_rows_block(gen *g)
     LLVMValueRef thread0 = LLVMBuildICmp(b, LLVMIntEQ, e.tid, ki64(g, 0), "");
     rowc r;
     row_begin(&e, &r, row);
-    bool ok = true;
+    bool ok = !smem || copy_row(&e, &r);
     for (int st = 0; st < g->e.k->n_stages && ok; st++) {
         int t = stage_type(g->e.k, st), comb = g->e.k->stages[st].combiner;
         loop c;
@@ -962,6 +1207,7 @@ static bool emit_rows_block(gen *g)
         rec_load(g, g->sh_res, ki64(g, 0), t, &v, &p);
         r.reduced[st] = stage_value(g, st, v, p);
         barrier(g); /* everyone has read sh_res before a later stage rewrites it */
+        e.kept_ready[st] = smem && g->kept[st]; /* written before the barriers above */
     }
     if (ok && has_elem_stores(g->e.k))
         ok = elem_stores(&e, &r, e.tid, sreg(g, "ntid.x"));
@@ -1078,8 +1324,16 @@ static bool build_module(gen *g)
     g->sh_leaf = shared_array(g, "burnc_sh_leaf", 2 * W);
     g->sh_stack = shared_array(g, "burnc_sh_stack", 2 * STACK_DEPTH);
     g->sh_res = shared_array(g, "burnc_sh_res", 2);
-    if (!emit_rows_warp(g) || !emit_rows_block(g))
+    if (!emit_rows_warp(g) || !emit_rows_block(g, false))
         return false;
+    if (cg_ptx_row_cached(g->e.k, g->cached) + cg_ptx_row_kept(g->e.k, g->kept) > 0) {
+        LLVMTypeRef t = LLVMArrayType2(g->e.t_i8, 0);
+        g->sh_dyn = LLVMAddGlobalInAddressSpace(g->e.mod, t, "burnc_sh_dyn", 3);
+        LLVMSetLinkage(g->sh_dyn, LLVMExternalLinkage);
+        LLVMSetAlignment(g->sh_dyn, 16);
+        if (!emit_rows_block(g, true))
+            return false;
+    }
     if (cg_ptx_has_multipass(g->e.k))
         return emit_leaves(g) && emit_tree(g) && emit_finish(g);
     return true;

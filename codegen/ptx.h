@@ -22,7 +22,9 @@
  * only): the entry names (CG_PTX_ENTRY_*), the parameter layout (cg_ptx_layout,
  * cg_ptx_params_layout, the launch words CG_PTX_L_*, scratch records), which entries a kernel
  * gets (cg_ptx_is_elementwise, cg_ptx_has_multipass) and the option defaults. A launch whose
- * grid has a zero dimension never happens: an empty domain plans no launch (plan->n == 0). */
+ * grid has a zero dimension never happens: an empty domain plans no launch (plan->n == 0).
+ * Later: the shared-memory row entry (CG_PTX_ENTRY_ROWS_SMEM, its launches ask for dynamic
+ * shared memory) and the element-wise innermost path (CG_PTX_FLAG_INNER). */
 #ifndef BURNC_PTX_H
 #define BURNC_PTX_H
 
@@ -54,6 +56,11 @@ enum { CG_PTX_MAX_LAUNCHES = 16, CG_PTX_MAX_PARAM_WORDS = 512 };
 #define CG_PTX_ENTRY_LEAVES "burnc_leaves"
 #define CG_PTX_ENTRY_TREE "burnc_tree"
 #define CG_PTX_ENTRY_FINISH "burnc_finish"
+/* Rows longer than a leaf whose cached inputs (cg_ptx_row_cached) and kept stage values
+ * (cg_ptx_row_kept) fit CG_PTX_SMEM_ROW_BYTES of dynamic shared memory (cg_ptx_row_smem_bytes):
+ * block per row, the cached inputs copied from global memory once into shared memory, every
+ * stage and the element stores reading them there. Emitted when the kernel keeps something. */
+#define CG_PTX_ENTRY_ROWS_SMEM "burnc_rows_smem"
 
 /* The parameter block, in 8-byte words, the same for every entry of a kernel:
  *   in_addr[n_inputs], out_addr[n_outputs]    device addresses
@@ -70,7 +77,9 @@ typedef struct cg_ptx_layout {
 
 enum {
     CG_PTX_L_COUNT,  /* element-wise: positions of the domain; other entries: rows */
-    CG_PTX_L_FLAGS,  /* bit 0 (element-wise): every slot is contiguous and aligned (fast path) */
+    CG_PTX_L_FLAGS,  /* element-wise: bit 0 every slot is contiguous and aligned (fast path); bit 1
+                        a thread's positions stay in one innermost row and its vectors are aligned
+                        (innermost path, cg_ptx_has_inner) */
     CG_PTX_L_LEAVES, /* leaves: leaves per row */
     CG_PTX_L_SRC,    /* tree, finish: scratch address of the records read */
     CG_PTX_L_SRC_N,  /* tree: records per row in SRC */
@@ -78,7 +87,7 @@ enum {
     CG_PTX_L_DST_N,  /* tree: records per row in DST (ceil(SRC_N / 32)) */
     CG_PTX_LAUNCH_WORDS = 8
 };
-enum { CG_PTX_FLAG_FAST = 1, CG_PTX_RECORD_BYTES = 16 };
+enum { CG_PTX_FLAG_FAST = 1, CG_PTX_FLAG_INNER = 2, CG_PTX_RECORD_BYTES = 16 };
 
 static inline cg_ptx_layout cg_ptx_params_layout(const kir_kernel *k)
 {
@@ -106,6 +115,23 @@ static inline bool cg_ptx_slot_uniform(const kir_kernel *k, const kir_slot *s)
     return true;
 }
 
+/* Whether an element-wise kernel of rank >= 2 has the innermost path: every output has unit
+ * stride on the last axis and every input unit or zero (broadcast) stride there, so a thread
+ * whose positions lie in one innermost row loads a vector per unit-stride input and one element
+ * per broadcast input, from offsets computed once. */
+static inline bool cg_ptx_has_inner(const kir_kernel *k)
+{
+    if (k->rank < 2 || k->n_outer != k->rank || k->n_stages != 0)
+        return false;
+    for (int s = 0; s < k->n_outputs; s++)
+        if (k->outputs[s].stride[k->rank - 1] != KIR_STRIDE_UNIT)
+            return false;
+    for (int s = 0; s < k->n_inputs; s++)
+        if (k->inputs[s].stride[k->rank - 1] == KIR_STRIDE_ANY)
+            return false;
+    return true;
+}
+
 /* Which entries a kernel gets (the generator and the planner decide alike): element-wise
  * kernels have no reduced axes and no stages (stages over an empty set of axes go through the
  * row entries, one position per row); the multi-pass trio needs one stage and no element
@@ -121,11 +147,125 @@ static inline bool cg_ptx_has_multipass(const kir_kernel *k)
     return true;
 }
 
+/* Marks the instructions that phase ph of a row evaluates at reduced positions: stage ph's
+ * value (ph < n_stages) or the element stores' values (ph == n_stages), with their operands. */
+static inline void cg_ptx_phase_mark(const kir_kernel *k, int ph, bool *mark)
+{
+    for (int i = 0; i < k->n_insts; i++)
+        mark[i] = false;
+    if (ph < k->n_stages)
+        mark[k->stages[ph].value] = true;
+    else
+        for (int i = 0; i < k->n_stores; i++)
+            if (!k->stores[i].row)
+                mark[k->stores[i].value] = true;
+    /* operands come before their users: one backward sweep marks everything reached */
+    for (int i = k->n_insts - 1; i >= 0; i--) {
+        if (!mark[i])
+            continue;
+        const kir_inst *in = &k->insts[i];
+        int ops = in->op <= KIR_REDUCED ? 0 : in->op <= KIR_ROUND ? 1 : in->op <= KIR_GE ? 2 : 3;
+        int32_t o[3] = {in->a, in->b, in->c};
+        for (int j = 0; j < ops; j++)
+            if (o[j] >= 0 && o[j] < i)
+                mark[o[j]] = true;
+    }
+}
+
+/* Inputs the shared-memory row entry keeps on chip: those moving along a reduced axis that two
+ * or more of the row's phases read (each stage is a phase, the element stores one more), so
+ * that global memory is read once instead of once per phase. Sets cached[s]; returns how many. */
+static inline int cg_ptx_row_cached(const kir_kernel *k, bool *cached)
+{
+    int phases[KIR_MAX_INPUTS] = {0}, n = 0;
+    for (int s = 0; s < KIR_MAX_INPUTS; s++)
+        cached[s] = false;
+    if (cg_ptx_is_elementwise(k) || k->n_insts <= 0)
+        return 0;
+    bool mark[k->n_insts];
+    for (int ph = 0; ph <= k->n_stages; ph++) {
+        bool seen[KIR_MAX_INPUTS] = {false};
+        cg_ptx_phase_mark(k, ph, mark);
+        for (int i = 0; i < k->n_insts; i++)
+            if (mark[i] && k->insts[i].op == KIR_LOAD && k->insts[i].a >= 0 && k->insts[i].a < k->n_inputs)
+                seen[k->insts[i].a] = true;
+        for (int s = 0; s < k->n_inputs; s++)
+            phases[s] += seen[s];
+    }
+    for (int s = 0; s < k->n_inputs; s++) {
+        bool moves = false;
+        for (int d = k->n_outer; d < k->rank; d++)
+            moves |= k->inputs[s].stride[d] != KIR_STRIDE_ZERO;
+        cached[s] = moves && phases[s] >= 2;
+        n += cached[s];
+    }
+    return n;
+}
+
+/* Bytes per position of a stage value the shared-memory row entry keeps (0: not kept). */
+static inline int cg_ptx_kept_size(kir_type t)
+{
+    return t == KIR_F32 || t == KIR_I32 || t == KIR_U32 ? 4 : t == KIR_F64 || t == KIR_I64 || t == KIR_U64 ? 8 : 0;
+}
+
+/* Stages whose per-position value a later phase evaluates again (softmax: exp(x - max) is
+ * summed, then divided at every position): the shared-memory row entry keeps the values of
+ * the stage (32- and 64-bit types) on chip, and later phases read them instead of computing
+ * them again (the same instructions, so the same bits). Sets kept[st]; returns how many. */
+static inline int cg_ptx_row_kept(const kir_kernel *k, bool *kept)
+{
+    int n = 0;
+    for (int st = 0; st < KIR_MAX_STAGES; st++)
+        kept[st] = false;
+    if (cg_ptx_is_elementwise(k) || k->n_insts <= 0 || k->n_outer == k->rank)
+        return 0;
+    bool mark[k->n_insts];
+    for (int ph = 1; ph <= k->n_stages; ph++) {
+        cg_ptx_phase_mark(k, ph, mark);
+        for (int st = 0; st < ph; st++)
+            if (mark[k->stages[st].value] && k->insts[k->stages[st].value].op != KIR_LOAD &&
+                cg_ptx_kept_size(k->insts[k->stages[st].value].type))
+                kept[st] = true; /* (a load's value is an input: cached, not kept) */
+    }
+    for (int st = 0; st < k->n_stages; st++)
+        n += kept[st];
+    return n;
+}
+
+/* The dynamic shared memory of the shared-memory row entry for rows of row_len positions:
+ * the cached inputs in slot order, then the kept stage values in stage order, each region
+ * rounded up to 16 bytes. 0 when the kernel keeps nothing. */
+static inline uint64_t cg_ptx_row_smem_bytes(const kir_kernel *k, uint64_t row_len)
+{
+    bool cached[KIR_MAX_INPUTS], kept[KIR_MAX_STAGES];
+    uint64_t bytes = 0;
+    if (cg_ptx_row_cached(k, cached) + cg_ptx_row_kept(k, kept) == 0)
+        return 0;
+    for (int s = 0; s < k->n_inputs; s++) {
+        burnc_dtype_t dt = k->inputs[s].dtype;
+        uint64_t size = dt == BURNC_DTYPE_F64 || dt == BURNC_DTYPE_I64   ? 8
+                        : dt == BURNC_DTYPE_F32 || dt == BURNC_DTYPE_I32 ? 4
+                        : dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16 ? 2
+                                                                          : 1;
+        if (cached[s])
+            bytes += (row_len * size + 15) & ~(uint64_t)15;
+    }
+    for (int st = 0; st < k->n_stages; st++)
+        if (kept[st])
+            bytes += (row_len * (uint64_t)cg_ptx_kept_size(k->insts[k->stages[st].value].type) + 15) & ~(uint64_t)15;
+    return bytes;
+}
+
 /* Defaults of cg_ptx_options' zero fields (the planner and the generator agree on them). */
 enum { CG_PTX_DEFAULT_BLOCK = 256, CG_PTX_DEFAULT_ITEMS = 4, CG_PTX_DEFAULT_ROWS_PER_BLOCK = 8 };
 /* Multi-pass reductions pay when rows are fewer than this and have at least
  * CG_PTX_MULTIPASS_LEAVES leaves (2 x the H200's 132 SMs: fewer rows leave SMs idle). */
 enum { CG_PTX_MULTIPASS_ROWS = 264, CG_PTX_MULTIPASS_LEAVES = 8 };
+/* The shared-memory row entry's limit: 64 KB keeps 3 blocks of 256 threads per H200 SM (228 KB);
+ * each region is rounded up to 16 bytes. Launches asking for more than CG_PTX_SMEM_DEFAULT (the
+ * 48 KB every function may use without raising its limit, less room for the entry's 1.5 KB of
+ * static shared memory) ask for CG_PTX_SMEM_ROW_BYTES. */
+enum { CG_PTX_SMEM_ROW_BYTES = 64 * 1024, CG_PTX_SMEM_DEFAULT = 46 * 1024 };
 
 typedef struct cg_ptx_launch {
     char entry[32];          /* the .entry name in the PTX */

@@ -6,7 +6,8 @@
  * consecutive positions (fast path when the flag says every slot is contiguous and aligned for
  * the vector), row kernels take a warp per row up to one leaf and a block per row beyond, and
  * few long rows of a single-stage kernel without element stores go through the multi-pass
- * entries (leaves, tree passes over chunks of 32 records, finish). */
+ * entries (leaves, tree passes over chunks of 32 records, finish). Rows longer than a leaf
+ * whose re-read inputs fit in shared memory go through the shared-memory row entry. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -74,6 +75,36 @@ static bool ew_fast(const kir_kernel *k, const kir_args *a, int items)
                         (uint64_t)(out ? a->out_offsets[i] : a->in_offsets[i]) * size;
         if (addr % vec)
             return false;
+    }
+    return true;
+}
+
+/* Innermost path (cg_ptx_has_inner): items divide the last extent, so a thread's positions
+ * stay in one innermost row; every vector slot (the outputs, the inputs of unit stride on the
+ * last axis) has its first element and its steps along the other axes aligned for the vector. */
+static bool ew_inner(const kir_kernel *k, const kir_args *a, int items)
+{
+    int last = k->rank - 1;
+    if (!cg_ptx_has_inner(k) || a->extents[last] % items)
+        return false;
+    for (int s = 0; s < k->n_inputs + k->n_outputs; s++) {
+        bool out = s >= k->n_inputs;
+        int i = out ? s - k->n_inputs : s;
+        const kir_slot *sl = out ? &k->outputs[i] : &k->inputs[i];
+        if (sl->stride[last] != KIR_STRIDE_UNIT)
+            continue;
+        const int64_t *strides = (out ? a->out_strides : a->in_strides) + (size_t)i * (size_t)k->rank;
+        uint64_t size = (uint64_t)dtype_size(sl->dtype),
+                 vec = size * (uint64_t)items > 16 ? 16 : size * (uint64_t)items;
+        uint64_t addr = (uint64_t)(uintptr_t)(out ? a->outputs[i] : a->inputs[i]) +
+                        (uint64_t)(out ? a->out_offsets[i] : a->in_offsets[i]) * size;
+        if (addr % vec)
+            return false;
+        for (int d = 0; d < last; d++) {
+            int64_t st = sl->stride[d] == KIR_STRIDE_ZERO ? 0 : sl->stride[d] == KIR_STRIDE_UNIT ? 1 : strides[d];
+            if (a->extents[d] > 1 && ((uint64_t)st * size) % vec)
+                return false;
+        }
     }
     return true;
 }
@@ -150,7 +181,7 @@ bool cg_ptx_plan_launches(const kir_kernel *k, const cg_ptx_options *opt, const 
     if (cg_ptx_is_elementwise(k)) {
         int items = opt->items ? opt->items : CG_PTX_DEFAULT_ITEMS;
         lw[CG_PTX_L_COUNT] = rows;
-        lw[CG_PTX_L_FLAGS] = ew_fast(k, args, items) ? CG_PTX_FLAG_FAST : 0;
+        lw[CG_PTX_L_FLAGS] = ew_fast(k, args, items) ? CG_PTX_FLAG_FAST : ew_inner(k, args, items) ? CG_PTX_FLAG_INNER : 0;
         uint64_t threads = cdiv(rows, (uint64_t)items);
         if (cdiv(threads, block) > GRID_X_MAX)
             return failf(why, why_cap, "%s: %llu positions need %llu blocks, past the grid limit of 2^31 - 1", name,
@@ -211,6 +242,20 @@ bool cg_ptx_plan_launches(const kir_kernel *k, const cg_ptx_options *opt, const 
     if (rows > GRID_X_MAX)
         return failf(why, why_cap, "%s: %llu rows of %llu positions need a block each, past the grid limit of 2^31 - 1",
                      name, (unsigned long long)rows, (unsigned long long)row_len);
+    uint64_t smem = cg_ptx_row_smem_bytes(k, row_len);
+    if (smem && smem <= CG_PTX_SMEM_ROW_BYTES) {
+        /* the whole block copies the row and does the element stores: keep it full */
+        cg_ptx_launch *x = add(plan, CG_PTX_ENTRY_ROWS_SMEM, rows * block, block, w, &l);
+        x->grid[0] = (uint32_t)rows;
+        /* past the 48 KB any launch may have, a function's limit is raised once (the CUDA
+         * runtime does it at the first such launch): ask for the entry's most every time, so a
+         * later, longer row still fits under that limit (ptx.h, CG_PTX_SMEM_DEFAULT) */
+        x->shared_bytes = (uint32_t)(smem > CG_PTX_SMEM_DEFAULT ? CG_PTX_SMEM_ROW_BYTES : smem);
+        return true;
+    }
+    /* only warps with a leaf work in a stage: a block of more warps than leaves idles them */
+    if (block > KIR_LANES * leaves)
+        block = (uint32_t)(KIR_LANES * leaves);
     cg_ptx_launch *x = add(plan, CG_PTX_ENTRY_ROWS_BLOCK, rows * block, block, w, &l);
     x->grid[0] = (uint32_t)rows;
     return true;

@@ -619,6 +619,10 @@ Test(ptx, rows_softmax_layer_norm)
     layer_norm_kernel(&k);
     char *ptx = gen_ptx(&k, NULL);
     expect_entries(ptx, k.name, false);
+    /* x is read by both stages and the stores: the shared-memory row entry keeps it on chip */
+    cr_assert(strstr(ptx, ".entry " CG_PTX_ENTRY_ROWS_SMEM), "layer_norm: no shared-memory row entry");
+    cr_assert(strstr(ptx, ".extern .shared") && strstr(ptx, "ld.shared.f32") && strstr(ptx, "st.shared.f32"),
+              "layer_norm: the row is not kept in dynamic shared memory");
     free(ptx);
     cg_ptx_options o = {.sm = 90, .block = 1024, .rows_per_block = 32};
     free(gen_ptx(&k, &o));
@@ -655,6 +659,7 @@ Test(ptx, whole_tensor_reductions)
             sum_kernel(&k, dts[i], combs[c]);
             char *ptx = gen_ptx(&k, NULL);
             expect_entries(ptx, k.name, true);
+            cr_assert(!strstr(ptx, CG_PTX_ENTRY_ROWS_SMEM), "%s: one phase, nothing to keep on chip", k.name);
             free(ptx);
             kir_free(&k);
         }
@@ -927,15 +932,111 @@ Test(ptx, plan_fast_path_flag)
     BT_LEAK_CHECK();
 }
 
-/* Replays the row entries: warp per row (every row and every position once) and block per
- * row (every leaf once, by whole warps, in rounds of 32). */
+/* The innermost-path flag: a broadcast [n] row and a broadcast [rows, 1] column beside a
+ * contiguous input, as in x * w + b over rows; the thread's items in one row, vectors aligned. */
+Test(ptx, plan_inner_path_flag)
+{
+    kir_kernel k;
+    kir_init(&k, 2, 2);
+    int a = in_slot(&k, BURNC_DTYPE_F32, "21"), w = in_slot(&k, BURNC_DTYPE_F32, "01"),
+        c = in_slot(&k, BURNC_DTYPE_F32, "20");
+    int o = out_slot(&k, BURNC_DTYPE_F32, "21");
+    int32_t v = OP3(&k, KIR_FMA, KIR_F32, LD(&k, a), LD(&k, w), LD(&k, c));
+    STORE(&k, o, OP2(&k, KIR_ADD, KIR_F32, v, OP1(&k, KIR_CONVERT, KIR_F32, kir_emit(&k, KIR_INDEX, KIR_I64, 1, -1, -1))),
+          false);
+    snprintf(k.name, sizeof k.name, "ew_inner_bcast");
+    cr_assert(cg_ptx_has_inner(&k));
+    int lw = cg_ptx_params_layout(&k).launch + CG_PTX_L_FLAGS;
+    cg_ptx_options opt = {.sm = 90, .items = 4};
+    cg_ptx_plan p;
+    char why[256];
+    launch_args la;
+    struct {
+        const char *what;
+        int64_t rows, n;
+        int change;
+        uint64_t want;
+    } cases[] = {{"rows of 8", 6, 8, 0, CG_PTX_FLAG_INNER},
+                 {"rows of 10: items cross rows", 6, 10, 0, 0},
+                 {"x's rows 12 apart (padded)", 6, 8, 1, CG_PTX_FLAG_INNER},
+                 {"x's rows 10 apart: unaligned", 6, 8, 2, 0},
+                 {"w offset of one element", 6, 8, 3, 0},
+                 {"column offset of one element (scalar loads)", 6, 8, 4, CG_PTX_FLAG_INNER},
+                 {"output offset of two elements", 6, 8, 5, 0},
+                 {"one row of 8: the column is still broadcast", 1, 8, 0, CG_PTX_FLAG_INNER}};
+    for (size_t i = 0; i < COUNT(cases); i++) {
+        int64_t ext[2] = {cases[i].rows, cases[i].n};
+        contiguous_args(&k, &la, ext);
+        switch (cases[i].change) {
+        case 1: la.in_str[a * 2] = 12; break;
+        case 2: la.in_str[a * 2] = 10; break;
+        case 3: la.in_off[w] = 1; break;
+        case 4: la.in_off[c] = 1; break;
+        case 5: la.out_off[o] = 2; break;
+        default: break;
+        }
+        cr_assert(plan(&k, &opt, &la, 0, &p, why, sizeof why), "%s", why);
+        cr_assert_eq(p.launch[0].words[lw], cases[i].want, "%s: flags %llu", cases[i].what,
+                     (unsigned long long)p.launch[0].words[lw]);
+        uint64_t total = (uint64_t)(ext[0] * ext[1]);
+        replay_ew(&p.launch[0], 4, total, ext, 2);
+        if (cases[i].want == CG_PTX_FLAG_INNER) /* every thread's items in one row */
+            for (uint64_t p0 = 0; p0 < total; p0 += 4)
+                cr_assert(p0 % (uint64_t)ext[1] + 4 <= (uint64_t)ext[1]);
+    }
+    need_ptxas();
+    char *ptx = gen_ptx(&k, &opt);
+    /* the fast path's three vectors, the innermost path's two (x and the row w; the column
+     * is one element) */
+    int v4 = 0;
+    for (const char *q = ptx; (q = strstr(q, "ld.global")); q++) {
+        const char *eol = q + strcspn(q, "\n"), *v = strstr(q, ".v4.f32");
+        v4 += v && v < eol;
+    }
+    cr_assert_eq(v4, 5, "%d vector loads", v4);
+    cr_assert(!strstr(ptx, "ld.global.v4"), "a vector load of a read-only input is not ld.global.nc");
+    free(ptx);
+    kir_free(&k);
+    /* an input with any stride on the last axis: no innermost path */
+    ew_kernel(&k, BURNC_DTYPE_F32, "22", "11", 2);
+    cr_assert(!cg_ptx_has_inner(&k));
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
+/* positions() of llvm_ptx.c: groups of 8 (first, first + step, ...) while a group's last
+ * position is in range, then one at a time; hits[base + j] counts position j. */
+static void walk(int64_t first, int64_t step, int64_t end, uint32_t *hits, int64_t base)
+{
+    int64_t i = first;
+    for (; i + 7 * step < end; i += 8 * step)
+        for (int u = 0; u < 8; u++)
+            hits[base + i + u * step]++;
+    for (; i < end; i += step)
+        hits[base + i]++;
+}
+
+static void expect_once(const uint32_t *hits, int64_t rows, int64_t n, const char *what)
+{
+    for (int64_t i = 0; i < rows * n; i++)
+        cr_assert_eq(hits[i], 1u, "shape %lld x %lld: position %lld %s %u times", (long long)rows, (long long)n,
+                     (long long)i, what, hits[i]);
+}
+
+/* Replays the row entries: warp per row (every row and every position once), block per row
+ * (every leaf once, by whole warps, in rounds of 32; element stores by the whole block) and
+ * the shared-memory entry (the same, after the block copied every position once). */
 Test(ptx, plan_rows_cover_rows_and_leaves)
 {
-    static const int64_t shapes[][2] = {{1, 1}, {3, 100},  {37, 4096},         {1000, 33},
-                                        {5, 0}, {2, 4097}, {30, 3 * 4096 + 7}, {3, 70 * 4096 + 5}};
+    static const int64_t shapes[][2] = {{1, 1},   {3, 100},           {37, 4096},        {1000, 33},   {5, 0},
+                                        {2, 4097}, {30, 3 * 4096 + 7}, {3, 70 * 4096 + 5}, {4, 8192}, {2, 16384},
+                                        {2, 16385}};
     static const int rpbs[] = {1, 4, 8, 32}, blocks[] = {64, 256, 1024};
     kir_kernel k;
     softmax_kernel(&k, BURNC_DTYPE_F32);
+    bool cached[KIR_MAX_INPUTS], kept[KIR_MAX_STAGES];
+    cr_assert_eq(cg_ptx_row_cached(&k, cached), 1, "softmax reads x in three phases");
+    cr_assert(cg_ptx_row_kept(&k, kept) == 1 && kept[1], "softmax divides the exp values the sum stage computes");
     for (size_t s = 0; s < COUNT(shapes); s++)
         for (size_t r = 0; r < COUNT(rpbs); r++) {
             int64_t rows = shapes[s][0], n = shapes[s][1];
@@ -949,25 +1050,40 @@ Test(ptx, plan_rows_cover_rows_and_leaves)
             cr_assert_eq(p.scratch_bytes, 0u);
             const cg_ptx_launch *x = &p.launch[0];
             cr_assert_eq(x->words[cg_ptx_params_layout(&k).launch + CG_PTX_L_COUNT], (uint64_t)rows);
-            uint32_t *hits = calloc((size_t)(rows * (n ? n : 1)), sizeof *hits);
-            cr_assert(hits);
+            size_t cells = (size_t)(rows * (n ? n : 1));
+            uint32_t *hits = calloc(cells, sizeof *hits), *stores = calloc(cells, sizeof *stores),
+                     *copies = calloc(cells, sizeof *copies);
+            cr_assert(hits && stores && copies);
             if (n <= KIR_LEAF) {
                 cr_assert_str_eq(x->entry, CG_PTX_ENTRY_ROWS_WARP);
                 cr_assert_eq(x->block[0], (uint32_t)(32 * rpbs[r]));
+                cr_assert_eq(x->shared_bytes, 0u);
                 for (uint64_t b = 0; b < x->grid[0]; b++)
                     for (uint32_t t = 0; t < x->block[0]; t++) {
                         uint64_t row = b * (uint64_t)rpbs[r] + t / 32;
                         if (row >= (uint64_t)rows)
                             continue;
-                        for (int64_t j = t % 32; j < n; j += 32)
-                            hits[row * (uint64_t)n + (uint64_t)j]++;
+                        walk(t % 32, 32, n, hits, (int64_t)row * n);
+                        walk(t % 32, 32, n, stores, (int64_t)row * n);
                     }
             } else {
-                cr_assert_str_eq(x->entry, CG_PTX_ENTRY_ROWS_BLOCK);
+                int64_t leaves = (n + KIR_LEAF - 1) / KIR_LEAF, chunks = (leaves + 31) / 32;
+                /* x and the exp values */
+                uint64_t smem_bytes = 2 * (uint64_t)((n * 4 + 15) / 16 * 16);
+                bool smem = smem_bytes <= CG_PTX_SMEM_ROW_BYTES;
+                cr_assert_str_eq(x->entry, smem ? CG_PTX_ENTRY_ROWS_SMEM : CG_PTX_ENTRY_ROWS_BLOCK, "%lld x %lld",
+                                 (long long)rows, (long long)n);
                 cr_assert_eq(x->grid[0], (uint32_t)rows);
-                cr_assert_eq(x->block[0], (uint32_t)blocks[r % 3]);
-                int64_t leaves = (n + KIR_LEAF - 1) / KIR_LEAF, chunks = (leaves + 31) / 32, warps = x->block[0] / 32;
-                for (int64_t row = 0; row < rows; row++)
+                /* without shared memory, no more warps than leaves (idle warps only cost) */
+                int64_t want = smem || blocks[r % 3] <= 32 * leaves ? blocks[r % 3] : 32 * leaves;
+                cr_assert_eq(x->block[0], (uint32_t)want, "%lld x %lld: block %u", (long long)rows, (long long)n,
+                             x->block[0]);
+                uint64_t asked = smem_bytes > CG_PTX_SMEM_DEFAULT ? CG_PTX_SMEM_ROW_BYTES : smem_bytes;
+                cr_assert_eq(x->shared_bytes, smem ? (uint32_t)asked : 0u);
+                int64_t warps = x->block[0] / 32;
+                for (int64_t row = 0; row < rows; row++) {
+                    for (uint32_t t = 0; smem && t < x->block[0]; t++)
+                        walk(t, x->block[0], n, copies, row * n);
                     for (int64_t c = 0; c < chunks; c++)
                         for (int64_t w = 0; w < warps; w++)
                             for (int64_t li = w; li < 32; li += warps) {
@@ -976,15 +1092,97 @@ Test(ptx, plan_rows_cover_rows_and_leaves)
                                     continue;
                                 int64_t end = leaf * KIR_LEAF + KIR_LEAF < n ? leaf * KIR_LEAF + KIR_LEAF : n;
                                 for (int lane = 0; lane < 32; lane++)
-                                    for (int64_t j = leaf * KIR_LEAF + lane; j < end; j += 32)
-                                        hits[row * n + j]++;
+                                    walk(leaf * KIR_LEAF + lane, 32, end, hits, row * n);
                             }
+                    for (uint32_t t = 0; t < x->block[0]; t++)
+                        walk(t, x->block[0], n, stores, row * n);
+                }
+                if (smem)
+                    expect_once(copies, rows, n, "copied to shared memory");
             }
-            for (int64_t i = 0; i < rows * n; i++)
-                cr_assert_eq(hits[i], 1u, "shape %lld x %lld: position %lld reduced %u times", (long long)rows,
-                             (long long)n, (long long)i, hits[i]);
+            expect_once(hits, rows, n, "reduced");
+            expect_once(stores, rows, n, "stored");
             free(hits);
+            free(stores);
+            free(copies);
         }
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
+/* Which inputs the shared-memory entry keeps, and the shared memory the plan asks for. */
+Test(ptx, plan_rows_shared_memory)
+{
+    bool cached[KIR_MAX_INPUTS];
+    kir_kernel k;
+    layer_norm_kernel(&k);
+    cr_assert_eq(cg_ptx_row_cached(&k, cached), 1);
+    cr_assert(cached[0] && !cached[1] && !cached[2], "layer_norm: only x is read by more than one phase");
+    bool kept[KIR_MAX_STAGES];
+    cr_assert_eq(cg_ptx_row_kept(&k, kept), 0, "layer_norm: the stages' values are x (cached) and d * d (not reused)");
+    kir_free(&k);
+    sum_kernel(&k, BURNC_DTYPE_F32, KIR_COMBINE_SUM);
+    cr_assert_eq(cg_ptx_row_cached(&k, cached), 0);
+    kir_free(&k);
+    /* a [rows, n] f16 input read by a stage and the stores, an f32 one by two stages, a row
+     * input read by everything, and an f64 one read by the stores only */
+    kir_init(&k, 2, 1);
+    int a = in_slot(&k, BURNC_DTYPE_F16, "21"), b = in_slot(&k, BURNC_DTYPE_F32, "22"),
+        c = in_slot(&k, BURNC_DTYPE_F32, "20"), d = in_slot(&k, BURNC_DTYPE_F64, "21");
+    int o = out_slot(&k, BURNC_DTYPE_F32, "21");
+    int32_t xc = LD(&k, c);
+    int s0 = STAGE(&k, KIR_COMBINE_SUM, OP2(&k, KIR_ADD, KIR_F32, LD(&k, a), xc));
+    int s1 = STAGE(&k, KIR_COMBINE_MAX, OP2(&k, KIR_MUL, KIR_F32, LD(&k, b), REDUCED(&k, s0)));
+    int s2 = STAGE(&k, KIR_COMBINE_MIN, OP2(&k, KIR_SUB, KIR_F32, LD(&k, b), xc));
+    int32_t v = OP2(&k, KIR_ADD, KIR_F32, LD(&k, a), OP1(&k, KIR_CONVERT, KIR_F32, LD(&k, d)));
+    v = OP2(&k, KIR_ADD, KIR_F32, v, OP2(&k, KIR_ADD, KIR_F32, REDUCED(&k, s1), REDUCED(&k, s2)));
+    STORE(&k, o, v, false);
+    snprintf(k.name, sizeof k.name, "smem_mixed");
+    cr_assert_eq(cg_ptx_row_cached(&k, cached), 2);
+    cr_assert(cached[a] && cached[b] && !cached[c] && !cached[d]);
+    cr_assert_eq(cg_ptx_row_kept(&k, kept), 0);
+    int64_t n = 5001;
+    int64_t ext[2] = {3, n};
+    launch_args la;
+    contiguous_args(&k, &la, ext);
+    cg_ptx_options opt = {.sm = 90};
+    cg_ptx_plan p;
+    char why[256];
+    cr_assert(plan(&k, &opt, &la, 0, &p, why, sizeof why), "%s", why);
+    cr_assert_str_eq(p.launch[0].entry, CG_PTX_ENTRY_ROWS_SMEM);
+    cr_assert_eq(p.launch[0].shared_bytes, (uint32_t)(10016 + 20016), "regions of 2n and 4n bytes, 16-byte rounded");
+    cr_assert_eq(p.launch[0].block[0], (uint32_t)CG_PTX_DEFAULT_BLOCK);
+    /* past the limit: the block entry, which re-reads the row */
+    ext[1] = CG_PTX_SMEM_ROW_BYTES / 6 + 100;
+    contiguous_args(&k, &la, ext);
+    cr_assert(plan(&k, &opt, &la, 0, &p, why, sizeof why), "%s", why);
+    cr_assert_str_eq(p.launch[0].entry, CG_PTX_ENTRY_ROWS_BLOCK);
+    cr_assert_eq(p.launch[0].shared_bytes, 0u);
+    need_ptxas();
+    char *ptx = gen_ptx(&k, NULL);
+    cr_assert(strstr(ptx, ".entry " CG_PTX_ENTRY_ROWS_SMEM));
+    cr_assert(strstr(ptx, "ld.shared.u16") || strstr(ptx, "ld.shared.b16"), "the f16 row is not read from shared");
+    free(ptx);
+    kir_free(&k);
+    /* an f64 stage value the stores reuse: kept after the cached f32 input */
+    kir_init(&k, 2, 1);
+    a = in_slot(&k, BURNC_DTYPE_F32, "21");
+    o = out_slot(&k, BURNC_DTYPE_F64, "21");
+    int32_t y = OP2(&k, KIR_MUL, KIR_F64, OP1(&k, KIR_CONVERT, KIR_F64, LD(&k, a)), kir_const_f(&k, KIR_F64, 3.0));
+    s0 = STAGE(&k, KIR_COMBINE_SUM, y);
+    STORE(&k, o, OP2(&k, KIR_DIV, KIR_F64, y, REDUCED(&k, s0)), false);
+    snprintf(k.name, sizeof k.name, "smem_kept_f64");
+    cr_assert_eq(cg_ptx_row_cached(&k, cached), 1);
+    cr_assert(cg_ptx_row_kept(&k, kept) == 1 && kept[0]);
+    ext[1] = 4097;
+    contiguous_args(&k, &la, ext);
+    cr_assert(plan(&k, &opt, &la, 0, &p, why, sizeof why), "%s", why);
+    cr_assert_str_eq(p.launch[0].entry, CG_PTX_ENTRY_ROWS_SMEM);
+    /* regions of 4n and 8n bytes, 16-byte rounded: 16400 + 32784, past 48 KB, so the most */
+    cr_assert_eq(p.launch[0].shared_bytes, (uint32_t)CG_PTX_SMEM_ROW_BYTES);
+    ptx = gen_ptx(&k, NULL);
+    cr_assert(strstr(ptx, "st.shared.f64") && strstr(ptx, "ld.shared.f64"), "the f64 values are not kept");
+    free(ptx);
     kir_free(&k);
     BT_LEAK_CHECK();
 }

@@ -237,7 +237,7 @@ typedef enum cuda_kernel_kind { CUDA_KERNEL_RECORD, CUDA_KERNEL_COMPILED } cuda_
 typedef struct cuda_entry {
     char name[33]; /* cg_ptx_launch.entry, terminated */
     CUfunction fn;
-    bool shared_set; /* the dynamic shared memory limit was raised for it */
+    uint32_t shared_set; /* the dynamic shared memory limit it was raised to (0: the default) */
 } cuda_entry;
 
 struct rt_kernel {

@@ -444,13 +444,13 @@ static burnc_status_t entry_fn(rt_device *dev, rt_kernel *k, const cg_ptx_launch
         RT_TRY(cuda_check(dev, cd->cu->ModuleGetFunction(&e->fn, k->module, e->name), what));
         k->n_entries++;
     }
-    if (l->shared_bytes > DEFAULT_SHARED_LIMIT && !e->shared_set) {
+    if (l->shared_bytes > DEFAULT_SHARED_LIMIT && l->shared_bytes > e->shared_set) {
         if ((int)l->shared_bytes > cd->max_shared_optin)
             return rt_fail(BURNC_ERR_EXECUTION, "%s: %s wants %u bytes of shared memory, the device has %d",
                            dev->spec, e->name, l->shared_bytes, cd->max_shared_optin);
         RT_TRY(cuda_check(dev, cd->cu->FuncSetAttribute(e->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                         (int)l->shared_bytes), "cuFuncSetAttribute"));
-        e->shared_set = true;
+        e->shared_set = l->shared_bytes;
     }
     *out = e->fn;
     return BURNC_OK;
