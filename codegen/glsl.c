@@ -875,6 +875,9 @@ static const char helper_fmod_f64[] =
  * its TwoSum error, so its rounding to f32 is the single correct one. f64: Dekker's exact
  * product, then the same round-to-odd on the low parts; outside the range where the split is
  * exact (huge, tiny, infinite or NaN operands) the device's fma. */
+static const char native_fma_f32[] = "float fma_f32(float a, float b, float c) { return fma(a, b, c); }\n";
+static const char native_fma_f64[] = "double fma_f64(double a, double b, double c) { return fma(a, b, c); }\n";
+
 static const char helper_fma_f32[] =
     "float fma_f32(float a, float b, float c) {\n"
     "  precise double p = double(a) * double(b);\n"
@@ -987,8 +990,8 @@ static void emit_head(emitter *e, sb *b)
     if (e->helpers & H_FMOD)
         sb_printf(b, "%s%s", helper_fmod_f32, e->uses_f64 ? helper_fmod_f64 : "");
     if (e->helpers & H_FMA)
-        sb_printf(b, "%s%s", e->opt.no_f64 ? "float fma_f32(float a, float b, float c) { return fma(a, b, c); }\n"
-                                           : helper_fma_f32, e->uses_f64 ? helper_fma_f64 : "");
+        sb_printf(b, "%s%s", e->opt.no_f64 || e->opt.fused32 ? native_fma_f32 : helper_fma_f32,
+                  !e->uses_f64 ? "" : e->opt.fused64 ? native_fma_f64 : helper_fma_f64);
     if (e->helpers & H_CVT) {
         emit_cvt(b, false);
         if (e->uses_f64)
@@ -1130,8 +1133,8 @@ char *cg_glsl_matmul(burnc_dtype_t dt, int rank, const cg_glsl_options *opt)
               ir_dtype_name(dt), rank, T, T, T);
     if (narrow)
         sb_printf(&head, "%s", helper_narrow);
-    sb_printf(&head, "%s%s", e.opt.no_f64 ? "float fma_f32(float a, float b, float c) { return fma(a, b, c); }\n"
-                                          : helper_fma_f32, f64 ? helper_fma_f64 : "");
+    sb_printf(&head, "%s%s", e.opt.no_f64 || e.opt.fused32 ? native_fma_f32 : helper_fma_f32,
+              !f64 ? "" : e.opt.fused64 ? native_fma_f64 : helper_fma_f64);
     sb_printf(&head, "%s", b->s ? b->s : "");
     free(b->s);
     if (b->oom || head.oom) {

@@ -28,6 +28,7 @@ typedef struct cg_glsl_options {
     int items;   /* element-wise: positions per invocation, 1..16 (default 4) */
     bool no_f64; /* the device has no f64: f32 fma, division and sqrt are the device's own */
     bool denorm32, denorm64; /* the device can preserve f32 / f64 denormals (float controls) */
+    bool fused32, fused64;   /* the device's own fma rounds once (probed at open): used as is */
 } cg_glsl_options;
 
 /* The options with defaults filled in and values clamped to their ranges. */

@@ -366,7 +366,10 @@ BURNC_API float burnc_bf16_to_f32(uint16_t h);
  * lavapipe (0 ulps measured) and not promised elsewhere. Where the device cannot preserve f32
  * denormals (lavapipe: shaderDenormPreserveFloat32 false; the device's log line says which),
  * inputs and results below 2^-126 may become zero; NaN signs and payloads are the device's.
- * Without f64, division, sqrt and fma are the device's own and the table does not apply. */
+ * Without f64, division, sqrt and fma are the device's own and the table does not apply.
+ * burnc_matmul of float dtypes runs the cpu device's fma chain (below) as a tiled shader, so it
+ * equals the cpu device's bits; integer matmul and the index, cat and pad ops run on the host
+ * with ref's kernels. */
 #define BURNC_UNARY_OPS(X) \
     X(neg) X(abs) X(sign) X(exp) X(exp2) X(expm1) X(log) X(log2) X(log1p) X(sqrt) X(rsqrt) \
     X(reciprocal) X(sin) X(cos) X(tan) X(tanh) X(sigmoid) X(relu) X(gelu) X(silu) X(erf) \

@@ -502,6 +502,8 @@ static burnc_status_t vk_open(rt_device *dev, int index)
         s = create_batches(vd);
     if (s == BURNC_OK)
         s = vk_kernels_init(dev);
+    if (s == BURNC_OK)
+        vk_probe_fma(dev);
     if (s != BURNC_OK) {
         rt_error_state saved;
         rt_error_save(&saved);

@@ -1,6 +1,8 @@
 /* Vulkan kernels: kernel IR -> GLSL -> SPIR-V (disk-cached by a key of the GLSL text and the
  * device) -> compute pipelines (through a VkPipelineCache kept in the cache directory), their
- * launches, and opaque records run on the host with the reference kernels. */
+ * launches; float matmuls through a tiled shader; other opaque records (index ops, cat, pad,
+ * integer matmul) on the host with the reference kernels, on mapped or staged copies. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,6 +276,13 @@ static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, c
     return BURNC_OK;
 }
 
+static bool same_options(const cg_glsl_options *a, const cg_glsl_options *b)
+{
+    return a->wg_size == b->wg_size && a->items == b->items && a->no_f64 == b->no_f64 &&
+           a->denorm32 == b->denorm32 && a->denorm64 == b->denorm64 && a->fused32 == b->fused32 &&
+           a->fused64 == b->fused64;
+}
+
 /* The kernel of this structure compiled with opt (memory, else built). */
 static burnc_status_t kernel_get(rt_device *dev, const kir_kernel *k, uint64_t key, cg_glsl_options opt,
                                  rt_kernel **out)
@@ -282,8 +291,7 @@ static burnc_status_t kernel_get(rt_device *dev, const kir_kernel *k, uint64_t k
     opt = cg_glsl_resolve(&opt);
     mtx_lock(&vd->lock);
     rt_kernel *rk = vd->kernels;
-    while (rk && !(rk->key == key && rk->ir.n_insts == k->n_insts && rk->opt.wg_size == opt.wg_size &&
-                   rk->opt.items == opt.items))
+    while (rk && !(rk->key == key && rk->ir.n_insts == k->n_insts && same_options(&rk->opt, &opt)))
         rk = rk->next;
     burnc_status_t s = BURNC_OK;
     if (!rk) {
@@ -298,17 +306,87 @@ static burnc_status_t kernel_get(rt_device *dev, const kir_kernel *k, uint64_t k
     return s;
 }
 
+/* The code parameters every kernel of the device shares (autotune picks the rest). */
+static cg_glsl_options base_options(const vk_device *vd)
+{
+    return (cg_glsl_options){.no_f64 = !vd->f64, .denorm32 = vd->denorm32, .denorm64 = vd->denorm64,
+                             .fused32 = vd->fused32, .fused64 = vd->fused64};
+}
+
 burnc_status_t vk_compile_kernel(rt_device *dev, const kir_kernel *k, uint64_t key, rt_kernel **out)
 {
+    return kernel_get(dev, k, key, base_options(vk_dev(dev)), out);
+}
+
+/* out = fma(a, b, c) for values where one rounding and two differ; true when the device's own
+ * fma gave the single rounding everywhere. Any failure says no (the exact software fma stays). */
+static bool probe_fma(rt_device *dev, bool f64)
+{
+    enum { N = 64 };
+    kir_kernel k;
+    kir_init(&k, 1, 1);
+    snprintf(k.name, sizeof k.name, "probe_fma_%s", f64 ? "f64" : "f32");
+    burnc_dtype_t dt = f64 ? BURNC_DTYPE_F64 : BURNC_DTYPE_F32;
+    kir_type t = f64 ? KIR_F64 : KIR_F32;
+    int32_t v[3];
+    for (int s = 0; s < 3; s++) {
+        k.inputs[s] = (kir_slot){.dtype = dt, .stride = {KIR_STRIDE_UNIT}};
+        v[s] = kir_emit(&k, KIR_LOAD, t, s, 0, 0);
+    }
+    k.n_inputs = 3;
+    k.n_outputs = 1;
+    k.outputs[0] = (kir_slot){.dtype = dt, .stride = {KIR_STRIDE_UNIT}};
+    k.stores[0] = (kir_store){.slot = 0, .value = kir_emit(&k, KIR_FMA, t, v[0], v[1], v[2])};
+    k.n_stores = 1;
+    double host[4][N];
+    float hostf[4][N];
+    for (int i = 0; i < N; i++) {
+        double a = 1.0 + (i + 1) * (f64 ? 0x1p-30 : 0x1p-12), b = 1.0 - (i + 1) * (f64 ? 0x1p-31 : 0x1p-13);
+        if (f64) {
+            host[0][i] = a, host[1][i] = b, host[2][i] = -(a * b), host[3][i] = fma(a, b, -(a * b));
+        } else {
+            float fa = (float)a, fb = (float)b, fc = -(fa * fb);
+            hostf[0][i] = fa, hostf[1][i] = fb, hostf[2][i] = fc, hostf[3][i] = fmaf(fa, fb, fc);
+        }
+    }
+    size_t es = f64 ? 8 : 4;
+    rt_buffer *bufs[4] = {0};
+    rt_kernel *rk = NULL;
+    cg_glsl_options opt = base_options(vk_dev(dev));
+    *(f64 ? &opt.fused64 : &opt.fused32) = true;
+    bool ok = kernel_get(dev, &k, kir_hash(&k), opt, &rk) == BURNC_OK;
+    for (int s = 0; s < 4 && ok; s++)
+        ok = dev->be->alloc(dev, N * es, &bufs[s]) == BURNC_OK &&
+             (s == 3 || dev->be->write(dev, bufs[s], 0, f64 ? (void *)host[s] : (void *)hostf[s], N * es) == BURNC_OK);
+    int64_t n = N, zero[3] = {0}, one[3] = {1, 1, 1};
+    kir_args a = {.extents = &n, .in_offsets = zero, .in_strides = one, .out_offsets = zero, .out_strides = one};
+    double got[N];
+    ok = ok && vk_launch_with(dev, rk, &a, bufs, &bufs[3]) == BURNC_OK &&
+         dev->be->read(dev, bufs[3], 0, got, N * es) == BURNC_OK;
+    ok = ok && memcmp(got, f64 ? (void *)host[3] : (void *)hostf[3], N * es) == 0;
+    for (int s = 0; s < 4; s++)
+        if (bufs[s])
+            dev->be->free(dev, bufs[s]);
+    kir_free(&k);
+    return ok;
+}
+
+void vk_probe_fma(rt_device *dev)
+{
     vk_device *vd = vk_dev(dev);
-    cg_glsl_options opt = {.no_f64 = !vd->f64, .denorm32 = vd->denorm32, .denorm64 = vd->denorm64};
-    return kernel_get(dev, k, key, opt, out);
+    rt_error_state saved;
+    rt_error_save(&saved);
+    vd->fused32 = vd->f64 && probe_fma(dev, false); /* without f64 the device's fma is all there is */
+    vd->fused64 = vd->f64 && probe_fma(dev, true);
+    rt_error_restore(&saved);
+    rt_log("runtime", "%s: fma rounds once: f32 %s, f64 %s%s", dev->spec, vd->fused32 ? "yes" : "no",
+           vd->fused64 ? "yes" : "no", vd->fused32 && vd->fused64 ? "" : " (exact in software where not)");
 }
 
 burnc_status_t vk_kernel_variant(rt_device *dev, rt_kernel *k, cg_glsl_options opt, rt_kernel **out)
 {
     opt = cg_glsl_resolve(&opt);
-    if (opt.wg_size == k->opt.wg_size && opt.items == k->opt.items) {
+    if (same_options(&opt, &k->opt)) {
         *out = k;
         return BURNC_OK;
     }
@@ -421,7 +499,7 @@ static burnc_status_t matmul_pipeline(rt_device *dev, rt_kernel *k, burnc_dtype_
     burnc_status_t s = BURNC_OK;
     mtx_lock(&vd->lock);
     if (!k->mm[rank]) {
-        cg_glsl_options opt = {.no_f64 = !vd->f64, .denorm32 = vd->denorm32, .denorm64 = vd->denorm64};
+        cg_glsl_options opt = base_options(vd);
         char *glsl = cg_glsl_matmul(dt, rank, &opt), name[32];
         snprintf(name, sizeof name, "matmul_%s_r%d", ir_dtype_name(dt), rank);
         uint32_t *words = NULL;

@@ -5,7 +5,9 @@
  * barrier after each dispatch keeps them in stream order); a batch is submitted when it holds
  * BURNC_VULKAN_MAX_TASKS dispatches or when the host needs results (read, write, opaque record,
  * sync), and a fence tells when it is done. Host transfers wait for every submitted batch, so
- * the host never touches memory the device may still use. */
+ * the host never touches memory the device may still use.
+ * Files: loader.c (dlopen, instance, device choice), backend.c (device, buffers, batches),
+ * kernels.c (pipelines, launches, matmul, opaque records), tune.c (autotune). */
 #ifndef BURNC_VK_H
 #define BURNC_VK_H
 
@@ -108,6 +110,7 @@ typedef struct vk_device {
     VkCommandPool cmd_pool;
     bool f64, i64, storage8, storage16;
     bool denorm32, denorm64; /* float controls: denormals preserved in shaders */
+    bool fused32, fused64;   /* the device's own fma rounds once (probed at open) */
     int max_tasks;
     vk_batch batches[VK_BATCHES];
     int cur;
@@ -147,6 +150,8 @@ burnc_status_t vk_drain(vk_device *vd);
 burnc_status_t vk_args_alloc(vk_device *vd, vk_batch *b, size_t bytes, VkDeviceSize *offset);
 
 burnc_status_t vk_kernels_init(rt_device *dev);
+/* Runs a small fma kernel to learn whether the device's fma rounds once (vd->fused32/64). */
+void vk_probe_fma(rt_device *dev);
 /* Writes the pipeline cache file (at close, and at a sync after new pipelines). */
 void vk_save_pipeline_cache(vk_device *vd);
 void vk_kernels_free(rt_device *dev);
