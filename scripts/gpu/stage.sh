@@ -23,7 +23,7 @@ copy() { # copy FILE DEST: a stripped copy (symlinks kept as links)
 }
 for f in "$src"/tests/test_*; do [ -f "$f" ] && [ -x "$f" ] && copy "$f" "$out/tests"; done
 for f in "$src"/libburnc.so "$src"/libburnc.so.[0-9]* "$src"/burnc-llvm.so "$src"/burnc-tune "$src"/burnc-digits "$src"/burnc-demo; do
-    [ -e "$f" ] && copy "$f" "$out"
+    if [ -L "$f" ] || [ -f "$f" ]; then copy "$f" "$out"; fi
 done
 [ -f "$src/digits.csv" ] && cp "$src/digits.csv" "$out/"
 copy "$src/bench/burnc-bench" "$out/bench"
