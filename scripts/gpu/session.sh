@@ -21,7 +21,7 @@ step() { # step NAME SECONDS CMD...: runs CMD with a bound, output to $out/NAME.
     echo "== $name (bound ${t}s)"
     timeout "$t" "$@" >"$out/$name.log" 2>&1; echo "   exit $? after $((SECONDS - start))s"
 }
-tar -xJf "$pack"/*.tar.xz
+tar -xJf "$pack"/*.tar.xz || { echo "session: cannot unpack $pack"; exit 1; }
 B=$PWD/$(basename "$pack" -pack)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 export BURNC_CACHE_DIR=$(mktemp -d) BURNC_TEST_DATA=$PWD/tests/data BURNC_TUNE=$B/burnc-tune
@@ -30,7 +30,7 @@ export BURNC_CACHE_DIR=$(mktemp -d) BURNC_TEST_DATA=$PWD/tests/data BURNC_TUNE=$
 export PYTHONUNBUFFERED=1
 step compare "${COMPARE_S:-240}" python3 bench/compare_torch.py --bench "$B/bench/burnc-bench" --json "$out/compare.json"
 suite() { # suite NAME DEVICE SECONDS
-    (cd tests && step "$1-$2" "$3" env BURNC_TEST_DEVICE="$2" "$B/tests/test_$1" -j8)
+    (cd tests && step "$1-${2/:/}" "$3" env BURNC_TEST_DEVICE="$2" "$B/tests/test_$1" -j8)
 }
 for s in ${FIRST_SUITES:-cuda ops}; do suite "$s" cuda:0 90; done
 step bench-vulkan 60 "$B/bench/burnc-bench" --device vulkan:0 gelu softmax bcast sum
