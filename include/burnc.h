@@ -208,6 +208,13 @@ BURNC_API burnc_status_t burnc_device_sync(burnc_device_t *dev);
  * results bitwise). Devices that never fuse (ref) accept and ignore it. Errors:
  * BURNC_ERR_INVALID_ARGUMENT (NULL device). Thread safe. */
 BURNC_API burnc_status_t burnc_device_set_fusion(burnc_device_t *dev, bool enabled);
+/* Lets float32 matmuls on the device run on TF32 tensor cores (inputs rounded to a 10-bit
+ * mantissa, products accumulated in f32, summation order the hardware's) where the device has
+ * them (cuda, compute capability 8.0 and up). Off by default, and at open unless the environment
+ * has BURNC_MATMUL_TF32=1: f32 matmuls keep the exact f32 fma chain of burnc_matmul. Devices
+ * without TF32 accept and ignore it. Work recorded before the call is flushed first. Errors:
+ * BURNC_ERR_INVALID_ARGUMENT (NULL device). Thread safe. */
+BURNC_API burnc_status_t burnc_device_set_matmul_tf32(burnc_device_t *dev, bool allow);
 /* Sets the process's autotune mode, overriding BURNC_AUTOTUNE: "off" (heuristics only),
  * "cached" (stored decisions, the heuristic where there is none; the default) or "on" (a
  * launch without a stored decision times its candidates on private buffers first and stores

@@ -73,6 +73,8 @@ typedef struct rt_backend {
      * (rt_fusion_default) at open; burnc_device_set_fusion changes it. */
     bool (*fusion_enabled)(rt_device *dev);
     void (*set_fusion)(rt_device *dev, bool enabled);
+    /* burnc_device_set_matmul_tf32 (NULL: the device has no TF32 and ignores it). */
+    void (*set_matmul_tf32)(rt_device *dev, bool allow);
 
     /* ---- Autotune (NULL where nothing is tuned) ---- */
     /* The fingerprint autotune decisions of this device are stored under. */

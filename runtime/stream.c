@@ -348,6 +348,17 @@ burnc_status_t burnc_device_set_fusion(burnc_device_t *dev, bool enabled)
     return BURNC_OK;
 }
 
+burnc_status_t burnc_device_set_matmul_tf32(burnc_device_t *dev, bool allow)
+{
+    if (!dev)
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "burnc_device_set_matmul_tf32: device is NULL");
+    dev = rt_dev(dev);
+    RT_TRY(rt_flush(dev));
+    if (dev->be->set_matmul_tf32)
+        dev->be->set_matmul_tf32(dev, allow);
+    return BURNC_OK;
+}
+
 void rt_kir_output_deps(const kir_kernel *k, uint32_t out[KIR_MAX_OUTPUTS])
 {
     uint32_t *dep = k->n_insts > 0 ? calloc((size_t)k->n_insts, sizeof *dep) : NULL;
