@@ -205,8 +205,14 @@ static const struct workload {
      run_matmul_1024, true},
     {"matmul_2048", "f32 matmul 2048^3 against OpenBLAS cblas_sgemm", run_matmul_2048, true},
     {"matmul_4096", "f32 matmul 4096^3 against OpenBLAS cblas_sgemm", run_matmul_4096, true},
-    {"matmul_gelu", "gelu(A@B + bias) at 2048 f32: the epilogue on the matmul's tiles against matmul, then the "
-                    "epilogue as eager kernels", run_matmul_gelu, true},
+    {"matmul_gelu", "gelu(A@B + bias), 2048 f32 (on a GPU 4096, f32 and bf16): the epilogue on the matmul's tiles "
+                    "against matmul, then the epilogue as eager kernels", run_matmul_gelu, false},
+    {"matmul_f32", "f32 matmul on a GPU, 4096^3 and 8192^3, exact (no TF32): TFLOP/s (small sizes elsewhere)",
+     run_matmul_f32, false},
+    {"matmul_tf32", "f32 matmul on TF32 tensor cores (burnc_device_set_matmul_tf32), 4096^3 and 8192^3",
+     run_matmul_tf32, false},
+    {"matmul_bf16", "bf16 matmul, 4096^3 and 8192^3", run_matmul_bf16, false},
+    {"matmul_f16", "f16 matmul, 4096^3 and 8192^3", run_matmul_f16, false},
     {"first_call", "first call of a new fused chain (record, fuse, compile, run), cold caches, fresh process",
      run_first_call, false},
     {"warm_start", "a fresh process with a warm disk cache: from exec to its first result; libLLVM mapped?",

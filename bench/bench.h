@@ -156,6 +156,10 @@ int run_matmul_1024(bench_ctx *ctx, bench_result *out); /* matmul.c */
 int run_matmul_2048(bench_ctx *ctx, bench_result *out);
 int run_matmul_4096(bench_ctx *ctx, bench_result *out);
 int run_matmul_gelu(bench_ctx *ctx, bench_result *out); /* gelu(A@B + bias), matmul.c */
+int run_matmul_f32(bench_ctx *ctx, bench_result *out);  /* on a GPU: TFLOP/s at 4096^3, 8192^3 */
+int run_matmul_tf32(bench_ctx *ctx, bench_result *out);
+int run_matmul_bf16(bench_ctx *ctx, bench_result *out);
+int run_matmul_f16(bench_ctx *ctx, bench_result *out);
 int run_warm_start(bench_ctx *ctx, bench_result *out);
 
 /* The ops a graph records, noted by the bench as it records them: eager mode runs one kernel per

@@ -11,7 +11,10 @@
  *   with a hash of every gradient's bytes that must match. Sizes: BURNC_BENCH_TRAIN_DEEP =
  *   BLOCKSxWIDTHxBATCH (e.g. 4x256x512 for a quick run on a small machine).
  * Timed runs record, flush and sync inside the timed region; inputs are materialized first;
- * warm-up steps compile before timing. */
+ * warm-up steps compile before timing.
+ * The sizes are the same on a GPU: TARGETS.md measured PyTorch at them on the H200 and
+ * bench/compare_torch.py mirrors them; train_deep's 27 matmuls of 4096x1024x1024 per step keep
+ * a GPU busy, and train_mlp's small step is bound by launches, which is what fusing a step saves. */
 #define _GNU_SOURCE
 #include <burnc_nn.h>
 #include <errno.h>

@@ -726,9 +726,11 @@ enum { SMALL_N = 4096, SMALL_PAIRS = 10, SMALL_WARMUP = 50, SMALL_ITERS_FUSED = 
 /* issue targets: 20 us on the cpu device, 15 us on the H200 (device open, sync included) */
 #define SMALL_TARGET_US (ctx->device_copy ? 15.0 : 20.0)
 
-/* One iteration as a program would run it: record 10x (mul, add), read the result (which runs
- * it and waits). Returns the host time in ns, or -1 after printing why. */
-static double small_iteration(burnc_tensor_t *a, burnc_tensor_t *w, burnc_tensor_t *b, float *dst)
+/* One iteration as a program would run it: record 10x (mul, add), then either read the result
+ * (which runs it and waits) or sync the device (runs it and waits, as PyTorch's figure with
+ * torch.cuda.synchronize(); the result is read after the clock stops, when dst is given).
+ * Returns the host time in ns, or -1 after printing why. */
+static double small_iteration(burnc_tensor_t *a, burnc_tensor_t *w, burnc_tensor_t *b, bool read, float *dst)
 {
     double t0 = now_ns();
     burnc_scope_begin();
@@ -737,8 +739,12 @@ static double small_iteration(burnc_tensor_t *a, burnc_tensor_t *w, burnc_tensor
         x = burnc_add(burnc_mul(x, w), b);
     burnc_tensor_keep(x);
     burnc_scope_end();
-    burnc_status_t s = x ? burnc_tensor_read(x, dst, SMALL_N * sizeof(float)) : BURNC_ERR_INTERNAL;
+    burnc_status_t s = !x     ? BURNC_ERR_INTERNAL
+                       : read ? burnc_tensor_read(x, dst, SMALL_N * sizeof(float))
+                              : burnc_device_sync(burnc_tensor_device(x));
     double t1 = now_ns();
+    if (s == BURNC_OK && !read && dst)
+        s = burnc_tensor_read(x, dst, SMALL_N * sizeof(float));
     burnc_tensor_release(x);
     if (s != BURNC_OK) {
         bench_error("small_ops");
@@ -747,15 +753,16 @@ static double small_iteration(burnc_tensor_t *a, burnc_tensor_t *w, burnc_tensor
     return t1 - t0;
 }
 
-/* Median host time per iteration in us, and the last result in dst. */
-static int small_series(burnc_tensor_t *a, burnc_tensor_t *w, burnc_tensor_t *b, float *dst, int iters, double *us,
-                        double *us_min)
+/* Median host time per iteration in us (ending in a read or a sync), and the last result in
+ * dst. */
+static int small_series(burnc_tensor_t *a, burnc_tensor_t *w, burnc_tensor_t *b, bool read, float *dst, int iters,
+                        double *us, double *us_min)
 {
     double *t = calloc((size_t)iters, sizeof *t);
     if (!t)
         return bench_fail("out of host memory");
     for (int i = -SMALL_WARMUP; i < iters; i++) {
-        double ns = small_iteration(a, w, b, dst);
+        double ns = small_iteration(a, w, b, read, read || i == iters - 1 ? dst : NULL);
         if (ns < 0) {
             free(t);
             return 1;
@@ -807,18 +814,25 @@ int run_small_ops(bench_ctx *ctx, bench_result *out)
     burnc_tensor_t *b = random_input(ctx->dev, true, 1, SMALL_N, 0);
     float *ha = NULL, *hw = NULL, *hb = NULL, *expect = malloc(SMALL_N * sizeof(float));
     float *got_f = malloc(SMALL_N * sizeof(float)), *got_e = malloc(SMALL_N * sizeof(float));
+    float *got_fr = malloc(SMALL_N * sizeof(float)), *got_er = malloc(SMALL_N * sizeof(float));
     int status = 0;
     if (!a || !w || !b || burnc_device_sync(ctx->dev) != BURNC_OK)
         status = bench_error("small_ops: inputs");
-    else if (!expect || !got_f || !got_e || !(ha = read_host(a)) || !(hw = read_host(w)) || !(hb = read_host(b)))
+    else if (!expect || !got_f || !got_e || !got_fr || !got_er || !(ha = read_host(a)) || !(hw = read_host(w)) ||
+             !(hb = read_host(b)))
         status = bench_fail("small_ops: reading the inputs");
     double fused_us = 0, fused_min = 0, eager_us = 0, eager_min = 0, sync_us = 0, one_us = 0;
+    double fused_read_us = 0, fused_read_min = 0, eager_read_us = 0, eager_read_min = 0;
     if (status == 0)
-        status = small_series(a, w, b, got_f, SMALL_ITERS_FUSED, &fused_us, &fused_min);
+        status = small_series(a, w, b, false, got_f, SMALL_ITERS_FUSED, &fused_us, &fused_min);
+    if (status == 0)
+        status = small_series(a, w, b, true, got_fr, SMALL_ITERS_FUSED, &fused_read_us, &fused_read_min);
     if (status == 0 && burnc_device_set_fusion(ctx->dev, false) != BURNC_OK)
         status = bench_error("burnc_device_set_fusion");
     if (status == 0)
-        status = small_series(a, w, b, got_e, SMALL_ITERS_EAGER, &eager_us, &eager_min);
+        status = small_series(a, w, b, false, got_e, SMALL_ITERS_EAGER, &eager_us, &eager_min);
+    if (status == 0)
+        status = small_series(a, w, b, true, got_er, SMALL_ITERS_EAGER, &eager_read_us, &eager_read_min);
     burnc_device_set_fusion(ctx->dev, true);
     if (status == 0)
         status = small_floor(ctx->dev, a, b, expect, &sync_us, &one_us);
@@ -832,8 +846,8 @@ int run_small_ops(bench_ctx *ctx, bench_result *out)
             }
             expect[i] = x;
         }
-        bool ok_f = !memcmp(expect, got_f, SMALL_N * sizeof(float));
-        bool ok_e = !memcmp(expect, got_e, SMALL_N * sizeof(float));
+        bool ok_f = !memcmp(expect, got_f, SMALL_N * sizeof(float)) && !memcmp(expect, got_fr, SMALL_N * sizeof(float));
+        bool ok_e = !memcmp(expect, got_e, SMALL_N * sizeof(float)) && !memcmp(expect, got_er, SMALL_N * sizeof(float));
         if (!ok_f || !ok_e)
             status = bench_fail("small_ops: the %s result differs from the host's f32 chain", ok_f ? "eager" : "fused");
     }
@@ -842,17 +856,23 @@ int run_small_ops(bench_ctx *ctx, bench_result *out)
         add_metric(out, "fused_us_min", fused_min, "us", TARGET_NONE, 0);
         add_metric(out, "eager_us_per_iter", eager_us, "us", TARGET_NONE, 0);
         add_metric(out, "eager_us_min", eager_min, "us", TARGET_NONE, 0);
+        add_metric(out, "fused_read_us_per_iter", fused_read_us, "us", TARGET_NONE, 0);
+        add_metric(out, "fused_read_us_min", fused_read_min, "us", TARGET_NONE, 0);
+        add_metric(out, "eager_read_us_per_iter", eager_read_us, "us", TARGET_NONE, 0);
+        add_metric(out, "eager_read_us_min", eager_read_min, "us", TARGET_NONE, 0);
         add_metric(out, "empty_sync_us", sync_us, "us", TARGET_NONE, 0);
         add_metric(out, "one_op_read_us", one_us, "us", TARGET_NONE, 0);
         snprintf(out->note, sizeof out->note,
-                 "per iteration: record 10x (mul, add) on %d f32 in a scope, read the result (flush, run, wait, "
-                 "copy 16 KB); median of %d fused / %d eager iterations after %d warm-up; results equal the host's "
-                 "f32 chain bit for bit",
+                 "per iteration: record 10x (mul, add) on %d f32 in a scope, then burnc_device_sync (flush, run, "
+                 "wait: the target, as PyTorch's torch.cuda.synchronize() figure), or in a second series read the "
+                 "result (flush, run, wait, copy 16 KB); median of %d fused / %d eager iterations after %d warm-up; "
+                 "results equal the host's f32 chain bit for bit",
                  SMALL_N, SMALL_ITERS_FUSED, SMALL_ITERS_EAGER, SMALL_WARMUP);
         snprintf(out->summary, sizeof out->summary,
-                 "20 ops on 4096 f32, host time per iteration with read: fused %.1f us (<= %.0f %s), eager %.1f us; "
-                 "floor: empty sync %.1f us, one op + read %.1f us",
-                 fused_us, SMALL_TARGET_US, fused_us <= SMALL_TARGET_US ? "ok" : "MISSED", eager_us, sync_us, one_us);
+                 "20 ops on 4096 f32, host time per iteration with sync: fused %.1f us (<= %.0f %s), eager %.1f us; "
+                 "with a read: fused %.1f us, eager %.1f us; floor: empty sync %.1f us, one op + read %.1f us",
+                 fused_us, SMALL_TARGET_US, fused_us <= SMALL_TARGET_US ? "ok" : "MISSED", eager_us, fused_read_us,
+                 eager_read_us, sync_us, one_us);
     }
     free(ha);
     free(hw);
@@ -860,6 +880,8 @@ int run_small_ops(bench_ctx *ctx, bench_result *out)
     free(expect);
     free(got_f);
     free(got_e);
+    free(got_fr);
+    free(got_er);
     burnc_tensor_release(a);
     burnc_tensor_release(w);
     burnc_tensor_release(b);

@@ -10,6 +10,8 @@
 
 #include "kernel.h"
 #include "ptx.h"
+#include "ptx_mma.h"
+#include "ptx_gemm.h"
 
 /* A compiled CPU kernel: plain functions over kir_args.
  *  rows:   runs rows [begin, end) completely (stages, element stores, row stores). For a kernel
@@ -57,7 +59,7 @@ typedef struct cg_gemm_spec {
 #define CG_SYM_GEMM CG_SYM_ROWS
 
 /* What the LLVM module exports, as one table found with dlsym("burnc_llvm_api"). */
-enum { CG_LLVM_ABI = 4 };
+enum { CG_LLVM_ABI = 5 };
 typedef struct cg_llvm_api {
     int abi;          /* CG_LLVM_ABI */
     const char *llvm_version;
@@ -81,6 +83,12 @@ typedef struct cg_llvm_api {
      * False with the reason in err (e.g. a compute capability below 7.0). */
     bool (*compile_ptx)(const kir_kernel *k, const cg_ptx_options *opt, char **ptx, size_t *ptx_size, char *err,
                         size_t err_cap);
+    /* The tensor-core matmul kernel of spec (codegen/ptx_mma.c, ptx_mma.h) as PTX text, like
+     * compile_ptx. False with the reason in err (an invalid spec, sm below 8.0). */
+    bool (*compile_mma_ptx)(const cg_mma_spec *spec, char **ptx, size_t *ptx_size, char *err, size_t err_cap);
+    /* The SIMT matmul kernel of spec (codegen/ptx_gemm.c, ptx_gemm.h) as PTX text, like
+     * compile_ptx. False with the reason in err (an unsupported tile, epilogue or sm). */
+    bool (*compile_ptx_gemm)(const cg_ptx_gemm_spec *spec, char **ptx, size_t *ptx_size, char *err, size_t err_cap);
 } cg_llvm_api;
 
 /* Loads a relocatable x86-64 ELF object made by compile_cpu (codegen/objload.c): maps its

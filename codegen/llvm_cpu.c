@@ -2133,6 +2133,10 @@ bool cg_llvm_compile_gemm(const cg_gemm_spec *spec, void **obj, size_t *obj_size
                           size_t cap); /* llvm_gemm.c */
 bool cg_llvm_compile_ptx(const kir_kernel *k, const cg_ptx_options *opt, char **ptx, size_t *ptx_size, char *err,
                          size_t cap); /* llvm_ptx.c */
+bool cg_llvm_compile_mma_ptx(const cg_mma_spec *s, char **ptx, size_t *ptx_size, char *err,
+                             size_t cap); /* ptx_mma.c */
+bool cg_llvm_compile_ptx_gemm(const cg_ptx_gemm_spec *s, char **ptx, size_t *ptx_size, char *err,
+                              size_t cap); /* ptx_gemm.c */
 
 CG_EXPORT const cg_llvm_api burnc_llvm_api = {
     .abi = CG_LLVM_ABI,
@@ -2143,4 +2147,6 @@ CG_EXPORT const cg_llvm_api burnc_llvm_api = {
     .release_cpu = release_cpu,
     .compile_gemm = cg_llvm_compile_gemm,
     .compile_ptx = cg_llvm_compile_ptx,
+    .compile_mma_ptx = cg_llvm_compile_mma_ptx,
+    .compile_ptx_gemm = cg_llvm_compile_ptx_gemm,
 };

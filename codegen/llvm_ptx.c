@@ -41,7 +41,7 @@ typedef struct gen {
     cg_emit e;          /* what the shared lowering (llvm_emit.c) needs */
     LLVMTypeRef t_gptr; /* a pointer to global memory */
     unsigned md_invariant;
-    int items, rows_per_block;
+    int items, rows_per_block, block;
     bool writable_input[KIR_MAX_INPUTS]; /* overwritten in place by an output: no .nc loads */
     cg_ptx_layout lay;
     /* shared memory of the block-per-row entry: a chunk's leaf records, the binary-counter
@@ -49,6 +49,7 @@ typedef struct gen {
     LLVMValueRef sh_leaf, sh_stack, sh_res;
     bool cached[KIR_MAX_INPUTS]; /* kept in shared memory by the shared-memory row entry */
     bool kept[KIR_MAX_STAGES];   /* stages whose values that entry keeps there */
+    int alias[KIR_MAX_STAGES];   /* ... over the row of this input (-1: a region of their own) */
     LLVMValueRef sh_dyn;         /* that entry's dynamic shared memory */
 } gen;
 
@@ -599,9 +600,19 @@ static bool positions(ent *e, rowc *r, LLVMValueRef first, LLVMValueRef step, LL
     return ok;
 }
 
-/* Marks the roots and every instruction they depend on (operands come before their users).
- * NULL when out of memory. */
-static bool *reach(const kir_kernel *k, const int32_t *roots, int n)
+/* Whether entry e reads instruction i's values back from shared memory (a kept stage's, once
+ * written), so evaluating it needs none of its operands. */
+static bool read_back(const ent *e, int i)
+{
+    for (int st = 0; e && e->smem && st < e->g->e.k->n_stages; st++)
+        if (e->kept_ready[st] && e->g->e.k->stages[st].value == i)
+            return true;
+    return false;
+}
+
+/* Marks the roots and every instruction they depend on (operands come before their users) in
+ * entry e, at its present point. NULL when out of memory. */
+static bool *reach(const kir_kernel *k, const int32_t *roots, int n, const ent *e)
 {
     bool *m = calloc((size_t)(k->n_insts > 0 ? k->n_insts : 1), sizeof *m);
     if (!m)
@@ -609,7 +620,7 @@ static bool *reach(const kir_kernel *k, const int32_t *roots, int n)
     for (int i = 0; i < n; i++)
         m[roots[i]] = true;
     for (int i = k->n_insts - 1; i >= 0; i--) {
-        if (!m[i])
+        if (!m[i] || read_back(e, i))
             continue;
         const kir_inst *in = &k->insts[i];
         int32_t o[3] = {in->a, in->b, in->c};
@@ -619,11 +630,12 @@ static bool *reach(const kir_kernel *k, const int32_t *roots, int n)
     return m;
 }
 
+/* A group's loads: the inputs' elements, and the kept values read back. */
 static bool pre_loads(site *s, group_ctx *c)
 {
     const kir_kernel *k = s->e->g->e.k;
     for (int i = 0; i < k->n_insts; i++)
-        if (c->need[i] && k->insts[i].op == KIR_LOAD)
+        if (c->need[i] && (k->insts[i].op == KIR_LOAD || read_back(s->e, i)))
             ev(s, i);
     return true;
 }
@@ -852,7 +864,7 @@ static bool accumulate(site *s, group_ctx *c)
     LLVMValueRef cv = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), c->acc, "");
     LLVMValueRef cp = arg ? LLVMBuildLoad2(b, g->e.t_i64, c->accp, "") : NULL;
     cg_combine(&g->e, comb, t, cv, cp, x, s->j, &nv, &np);
-    if (s->e->smem && g->kept[c->st]) {
+    if (s->e->smem && g->kept[c->st] && !s->e->kept_ready[c->st]) {
         LLVMValueRef p = LLVMBuildGEP2(b, cg_ty_of(&g->e, t), s->e->kept_base[c->st], &s->j, 1, "");
         LLVMSetAlignment(LLVMBuildStore(b, x, p), (unsigned)cg_ptx_kept_size(t));
     }
@@ -876,7 +888,7 @@ static bool leaf_result(ent *e, rowc *r, int st, LLVMValueRef start, LLVMValueRe
                    .accp = entry_alloca(e, g->e.t_i64)};
     LLVMBuildStore(b, cg_identity(&g->e, comb, t, 1), c.acc);
     LLVMBuildStore(b, ki64(g, INT64_MAX), c.accp);
-    bool *need = reach(g->e.k, &g->e.k->stages[st].value, 1);
+    bool *need = reach(g->e.k, &g->e.k->stages[st].value, 1, e);
     c.need = need;
     bool ok = need && positions(e, r, LLVMBuildAdd(b, start, e->lane, ""), ki64(g, W), end, pre_loads, accumulate, &c);
     free(need);
@@ -912,10 +924,90 @@ static bool elem_stores(ent *e, rowc *r, LLVMValueRef first, LLVMValueRef step)
     for (int i = 0; i < k->n_stores; i++)
         if (!k->stores[i].row)
             roots[n++] = k->stores[i].value;
-    bool *need = reach(k, roots, n);
+    bool *need = reach(k, roots, n, e);
     group_ctx c = {.group = group_size(k, false), .need = need};
     bool ok = need && positions(e, r, first, step, e->row_len, pre_loads, store_body, &c);
     free(need);
+    return ok;
+}
+
+static bool no_pre(site *s, group_ctx *c)
+{
+    (void)s, (void)c;
+    return true;
+}
+
+/* Positions 4j .. 4j + 3 of the row (s->j is j): their loads, then their values, one 16-byte
+ * store per output (cg_ptx_row_vec_out, under the planner's CG_PTX_FLAG_ROW_VEC_OUT). */
+static bool quad_body(site *s, group_ctx *c)
+{
+    ent *e = s->e;
+    gen *g = e->g;
+    LLVMBuilderRef b = g->e.b;
+    const kir_kernel *k = g->e.k;
+    LLVMValueRef j0 = LLVMBuildShl(b, s->j, ki64(g, 2), ""), vout[KIR_MAX_OUTPUTS] = {0};
+    site q[4];
+    bool ok = true;
+    for (int u = 0; u < 4; u++)
+        ok = site_begin(e, s->r, LLVMBuildAdd(b, j0, ki64(g, u), ""), &q[u]) && ok;
+    for (int u = 0; ok && u < 4; u++)
+        pre_loads(&q[u], c);
+    for (int u = 0; ok && u < 4; u++)
+        for (int i = 0; i < k->n_stores; i++) {
+            const kir_store *st = &k->stores[i];
+            if (st->row)
+                continue;
+            burnc_dtype_t dt = k->outputs[st->slot].dtype;
+            if (!vout[st->slot])
+                vout[st->slot] = LLVMGetPoison(vty(cg_mem_ty(&g->e, dt), 4));
+            LLVMValueRef v = cg_to_mem(&g->e, ev(&q[u], st->value), k->insts[st->value].type, dt, 1);
+            vout[st->slot] = LLVMBuildInsertElement(b, vout[st->slot], v, ki32(g, u), "");
+        }
+    for (int i = 0; ok && i < k->n_stores; i++) {
+        int o = k->stores[i].slot;
+        if (k->stores[i].row || !vout[o])
+            continue;
+        LLVMValueRef off = LLVMBuildAdd(b, s->r->out_off[o], j0, "");
+        store_mem(g, e->out_base[o], off, cg_mem_ty(&g->e, k->outputs[o].dtype), vout[o], 16);
+        vout[o] = NULL; /* one store per slot, of the last values */
+    }
+    for (int u = 0; u < 4; u++)
+        free(q[u].val);
+    return ok;
+}
+
+/* The shared-memory row entry's element stores: 4 positions a thread when the rows allow
+ * 16-byte stores, else position by position. */
+static bool elem_stores_smem(ent *e, rowc *r)
+{
+    gen *g = e->g;
+    const kir_kernel *k = g->e.k;
+    LLVMBuilderRef b = g->e.b;
+    if (!cg_ptx_row_vec_out(k))
+        return elem_stores(e, r, e->tid, sreg(g, "ntid.x"));
+    int32_t roots[KIR_MAX_OUTPUTS];
+    int n = 0;
+    for (int i = 0; i < k->n_stores; i++)
+        if (!k->stores[i].row)
+            roots[n++] = k->stores[i].value;
+    bool *need = reach(k, roots, n, e);
+    if (!need)
+        return false;
+    LLVMValueRef vec = LLVMBuildICmp(
+        b, LLVMIntNE, LLVMBuildAnd(b, launch_word(e, CG_PTX_L_FLAGS), ki64(g, CG_PTX_FLAG_ROW_VEC_OUT), ""), ki64(g, 0),
+        "");
+    LLVMBasicBlockRef vb = block(e, "stores_vec"), sb = block(e, "stores_elem"), joined = block(e, "stored");
+    LLVMBuildCondBr(b, vec, vb, sb);
+    LLVMPositionBuilderAtEnd(b, vb);
+    group_ctx c = {.group = 1, .need = need};
+    bool ok = positions(e, r, e->tid, sreg(g, "ntid.x"), LLVMBuildLShr(b, e->row_len, ki64(g, 2), ""), no_pre,
+                        quad_body, &c);
+    free(need);
+    LLVMBuildBr(b, joined);
+    LLVMPositionBuilderAtEnd(b, sb);
+    ok = elem_stores(e, r, e->tid, sreg(g, "ntid.x")) && ok;
+    LLVMBuildBr(b, joined);
+    LLVMPositionBuilderAtEnd(b, joined);
     return ok;
 }
 
@@ -1082,8 +1174,13 @@ static void stack_fold(ent *e, int st, LLVMValueRef n_chunks, LLVMValueRef *v, L
     LLVMBuildStore(b, cg_identity(&g->e, comb, t, 1), av);
     LLVMBuildStore(b, ki64(g, INT64_MAX), ap);
     LLVMBuildStore(b, LLVMConstInt(g->e.t_i1, 0, 0), have);
+    /* levels above n_chunks' highest set bit hold nothing: stop there (one level for rows of
+     * up to 32 leaves) instead of walking all STACK_DEPTH, a shared-memory round trip each */
+    LLVMValueRef zero_undef = LLVMConstInt(g->e.t_i1, 0, 0), cargs[2] = {n_chunks, zero_undef};
+    LLVMTypeRef i64t = g->e.t_i64;
+    LLVMValueRef levels = LLVMBuildSub(b, ki64(g, 64), cg_call_intrinsic(&g->e, "llvm.ctlz", &i64t, 1, cargs, 2), "");
     loop l;
-    loop_begin(e, &l, ki64(g, 0), ki64(g, 1), ki64(g, STACK_DEPTH));
+    loop_begin(e, &l, ki64(g, 0), ki64(g, 1), levels);
     LLVMValueRef bit = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, LLVMBuildLShr(b, n_chunks, l.i, ""), ki64(g, 1), ""),
                                      ki64(g, 0), "");
     LLVMValueRef sv, sp, cv, cp = NULL;
@@ -1119,10 +1216,44 @@ static bool copy_store(site *s, group_ctx *c)
     return true;
 }
 
+/* The vector copy: 16-byte piece j of the row, as <4 x i32> whatever the dtype (the planner's
+ * CG_PTX_FLAG_ROW_VEC: the row is contiguous and its start and length are multiples of 16
+ * bytes). */
+static bool vcopy_load(site *s, group_ctx *c)
+{
+    ent *e = s->e;
+    gen *g = e->g;
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef size = ki64(g, cg_mem_align(g->e.k->inputs[c->slot].dtype));
+    LLVMValueRef byte = LLVMBuildAdd(b, LLVMBuildMul(b, s->r->in_off[c->slot], size, ""),
+                                     LLVMBuildShl(b, s->j, ki64(g, 4), ""), "");
+    LLVMValueRef addr = LLVMBuildAdd(b, e->in_base[c->slot], byte, "");
+    LLVMTypeRef v4 = vty(g->e.t_i32, 4);
+    if (g->writable_input[c->slot]) {
+        s->raw = LLVMBuildLoad2(b, v4, gptr(g, addr), "");
+        LLVMSetAlignment(s->raw, 16);
+    } else {
+        LLVMTypeRef tys[2] = {v4, g->t_gptr};
+        LLVMValueRef args[2] = {gptr(g, addr), ki32(g, 16)};
+        s->raw = cg_call_intrinsic(&g->e, "llvm.nvvm.ldg.global.i", tys, 2, args, 2);
+    }
+    return true;
+}
+
+static bool vcopy_store(site *s, group_ctx *c)
+{
+    gen *g = s->e->g;
+    LLVMValueRef off = LLVMBuildShl(g->e.b, s->j, ki64(g, 4), "");
+    LLVMValueRef p = LLVMBuildGEP2(g->e.b, g->e.t_i8, s->e->smem_base[c->slot], &off, 1, "");
+    LLVMSetAlignment(LLVMBuildStore(g->e.b, s->raw, p), 16);
+    return true;
+}
+
 /* The shared-memory row entry's first step: the whole block copies row r of every cached input
  * into its region of dynamic shared memory (regions as cg_ptx_row_smem_bytes lays them out,
- * the kept stages' after the inputs'); from then on the row's loads of those inputs read
- * shared memory. */
+ * the kept stages' after the inputs' unless they take over an input's); from then on the
+ * row's loads of those inputs read shared memory. Rows the planner flags go as 16-byte
+ * vectors, a group of them in flight per thread; others element by element. */
 static bool copy_row(ent *e, rowc *r)
 {
     gen *g = e->g;
@@ -1130,6 +1261,8 @@ static bool copy_row(ent *e, rowc *r)
     const kir_kernel *k = g->e.k;
     LLVMValueRef at = ki64(g, 0), ntid = sreg(g, "ntid.x");
     bool ok = true;
+    LLVMValueRef vec = LLVMBuildICmp(
+        b, LLVMIntNE, LLVMBuildAnd(b, launch_word(e, CG_PTX_L_FLAGS), ki64(g, CG_PTX_FLAG_ROW_VEC), ""), ki64(g, 0), "");
     for (int s = 0; s < k->n_inputs && ok; s++) {
         if (!g->cached[s])
             continue;
@@ -1137,12 +1270,25 @@ static bool copy_row(ent *e, rowc *r)
         e->smem_base[s] = LLVMBuildGEP2(b, g->e.t_i8, g->sh_dyn, &at, 1, "");
         LLVMValueRef bytes = LLVMBuildMul(b, e->row_len, ki64(g, cg_mem_align(dt)), "");
         at = LLVMBuildAdd(b, at, LLVMBuildAnd(b, LLVMBuildAdd(b, bytes, ki64(g, 15), ""), ki64(g, ~(int64_t)15), ""), "");
-        group_ctx c = {.group = group_size(k, false), .slot = s};
-        ok = positions(e, r, e->tid, ntid, e->row_len, copy_load, copy_store, &c);
+        group_ctx c = {.group = GROUP, .slot = s};
+        LLVMBasicBlockRef vb = block(e, "copy_vec"), sb = block(e, "copy_elem"), joined = block(e, "copied");
+        LLVMBuildCondBr(b, vec, vb, sb);
+        LLVMPositionBuilderAtEnd(b, vb);
+        ok = positions(e, r, e->tid, ntid, LLVMBuildLShr(b, bytes, ki64(g, 4), ""), vcopy_load, vcopy_store, &c);
+        LLVMBuildBr(b, joined);
+        LLVMPositionBuilderAtEnd(b, sb);
+        c.group = group_size(k, false);
+        ok = ok && positions(e, r, e->tid, ntid, e->row_len, copy_load, copy_store, &c);
+        LLVMBuildBr(b, joined);
+        LLVMPositionBuilderAtEnd(b, joined);
     }
     for (int st = 0; st < k->n_stages; st++) {
         if (!g->kept[st])
             continue;
+        if (g->alias[st] >= 0) {
+            e->kept_base[st] = e->smem_base[g->alias[st]];
+            continue;
+        }
         e->kept_base[st] = LLVMBuildGEP2(b, g->e.t_i8, g->sh_dyn, &at, 1, "");
         int size = cg_ptx_kept_size(k->insts[k->stages[st].value].type);
         LLVMValueRef bytes = LLVMBuildMul(b, e->row_len, ki64(g, size), "");
@@ -1150,6 +1296,32 @@ static bool copy_row(ent *e, rowc *r)
     }
     barrier(g);
     e->smem = true;
+    return ok;
+}
+
+static bool keep_body(site *s, group_ctx *c)
+{
+    gen *g = s->e->g;
+    int t = stage_type(g->e.k, c->st);
+    LLVMValueRef x = ev(s, g->e.k->stages[c->st].value);
+    LLVMValueRef p = LLVMBuildGEP2(g->e.b, cg_ty_of(&g->e, t), s->e->kept_base[c->st], &s->j, 1, "");
+    LLVMSetAlignment(LLVMBuildStore(g->e.b, x, p), (unsigned)cg_ptx_kept_size(t));
+    return true;
+}
+
+/* A kept stage's values, before its combine: every thread of the block evaluates them at its
+ * positions into shared memory (softmax's exp over the whole block, not over the row's few
+ * leaf warps); the combine and later phases then read them. */
+static bool keep_stage(ent *e, rowc *r, int st)
+{
+    gen *g = e->g;
+    const kir_kernel *k = g->e.k;
+    bool *need = reach(k, &k->stages[st].value, 1, e);
+    group_ctx c = {.group = group_size(k, false), .need = need, .st = st};
+    bool ok = need && positions(e, r, e->tid, sreg(g, "ntid.x"), e->row_len, pre_loads, keep_body, &c);
+    free(need);
+    barrier(g);
+    e->kept_ready[st] = true;
     return ok;
 }
 
@@ -1178,6 +1350,8 @@ static bool emit_rows_block(gen *g, bool smem)
     bool ok = !smem || copy_row(&e, &r);
     for (int st = 0; st < g->e.k->n_stages && ok; st++) {
         int t = stage_type(g->e.k, st), comb = g->e.k->stages[st].combiner;
+        if (smem && g->kept[st])
+            ok = keep_stage(&e, &r, st);
         loop c;
         loop_begin(&e, &c, ki64(g, 0), ki64(g, 1), n_chunks);
         loop li;
@@ -1207,10 +1381,9 @@ static bool emit_rows_block(gen *g, bool smem)
         rec_load(g, g->sh_res, ki64(g, 0), t, &v, &p);
         r.reduced[st] = stage_value(g, st, v, p);
         barrier(g); /* everyone has read sh_res before a later stage rewrites it */
-        e.kept_ready[st] = smem && g->kept[st]; /* written before the barriers above */
     }
     if (ok && has_elem_stores(g->e.k))
-        ok = elem_stores(&e, &r, e.tid, sreg(g, "ntid.x"));
+        ok = smem ? elem_stores_smem(&e, &r) : elem_stores(&e, &r, e.tid, sreg(g, "ntid.x"));
     if (ok)
         ok = row_stores(&e, &r, thread0);
     LLVMBuildBr(b, done);
@@ -1317,6 +1490,32 @@ static LLVMValueRef shared_array(gen *g, const char *name, unsigned words)
     return v;
 }
 
+/* Caps the registers of entry fn (.maxnreg): the shared-memory row entry runs one block per
+ * row and overlaps one row's memory phases with other rows' arithmetic only with several
+ * blocks per SM; 40 registers keep 6 blocks of 256 threads (65536 registers per H200 SM),
+ * where ptxas would take up to 48 for the last few percent of a row's speed. */
+static void cap_registers(gen *g, LLVMValueRef fn, int regs)
+{
+    LLVMValueRef ops[3] = {fn, LLVMMDStringInContext(g->e.ctx, "maxnreg", 7), ki32(g, regs)};
+    LLVMAddNamedMetadataOperand(g->e.mod, "nvvm.annotations", LLVMMDNodeInContext(g->e.ctx, ops, 3));
+}
+
+/* No 64-bit float values or slots: what the register cap was measured on (f64 kernels spill
+ * under it). */
+static bool narrow(const kir_kernel *k)
+{
+    for (int s = 0; s < k->n_inputs; s++)
+        if (cg_ptx_dtype_size(k->inputs[s].dtype) > 4)
+            return false;
+    for (int s = 0; s < k->n_outputs; s++)
+        if (cg_ptx_dtype_size(k->outputs[s].dtype) > 4)
+            return false;
+    for (int i = 0; i < k->n_insts; i++)
+        if (k->insts[i].type == KIR_F64 || k->insts[i].type == KIR_U64)
+            return false;
+    return true;
+}
+
 static bool build_module(gen *g)
 {
     if (cg_ptx_is_elementwise(g->e.k))
@@ -1327,12 +1526,15 @@ static bool build_module(gen *g)
     if (!emit_rows_warp(g) || !emit_rows_block(g, false))
         return false;
     if (cg_ptx_row_cached(g->e.k, g->cached) + cg_ptx_row_kept(g->e.k, g->kept) > 0) {
+        cg_ptx_row_alias(g->e.k, g->cached, g->kept, g->alias);
         LLVMTypeRef t = LLVMArrayType2(g->e.t_i8, 0);
         g->sh_dyn = LLVMAddGlobalInAddressSpace(g->e.mod, t, "burnc_sh_dyn", 3);
         LLVMSetLinkage(g->sh_dyn, LLVMExternalLinkage);
         LLVMSetAlignment(g->sh_dyn, 16);
         if (!emit_rows_block(g, true))
             return false;
+        if (g->block <= 512 && narrow(g->e.k)) /* (1024 threads have 64 registers at most anyway) */
+            cap_registers(g, LLVMGetNamedFunction(g->e.mod, CG_PTX_ENTRY_ROWS_SMEM), 40);
     }
     if (cg_ptx_has_multipass(g->e.k))
         return emit_leaves(g) && emit_tree(g) && emit_finish(g);
@@ -1399,8 +1601,9 @@ static bool ptx_options(const kir_kernel *k, const cg_ptx_options *opt, gen *g, 
         return cg_failf(err, cap, "compile_ptx %s: items %d is not 1, 2, 4 or 8", k->name, opt->items);
     if (opt->rows_per_block && (opt->rows_per_block < 1 || opt->rows_per_block > 32))
         return cg_failf(err, cap, "compile_ptx %s: rows_per_block %d is not in [1, 32]", k->name, opt->rows_per_block);
-    g->items = opt->items ? opt->items : CG_PTX_DEFAULT_ITEMS;
+    g->items = opt->items ? opt->items : cg_ptx_default_items(k);
     g->rows_per_block = opt->rows_per_block ? opt->rows_per_block : CG_PTX_DEFAULT_ROWS_PER_BLOCK;
+    g->block = opt->block ? opt->block : CG_PTX_DEFAULT_BLOCK;
     g->lay = cg_ptx_params_layout(k);
     if (g->lay.n_words > CG_PTX_MAX_PARAM_WORDS)
         return cg_failf(err, cap, "compile_ptx %s: %d parameter words, more than %d", k->name, g->lay.n_words,

@@ -24,7 +24,11 @@
  * gets (cg_ptx_is_elementwise, cg_ptx_has_multipass) and the option defaults. A launch whose
  * grid has a zero dimension never happens: an empty domain plans no launch (plan->n == 0).
  * Later: the shared-memory row entry (CG_PTX_ENTRY_ROWS_SMEM, its launches ask for dynamic
- * shared memory) and the element-wise innermost path (CG_PTX_FLAG_INNER). */
+ * shared memory) and the element-wise innermost path (CG_PTX_FLAG_INNER); then that entry's
+ * 16-byte copies and stores (CG_PTX_FLAG_ROW_VEC, CG_PTX_FLAG_ROW_VEC_OUT), kept stage values
+ * written by the whole block over an input's row (cg_ptx_row_alias), which inputs it caches
+ * (cg_ptx_row_cached no longer counts phases that read a kept value instead), and the
+ * element-wise default of positions per thread (cg_ptx_default_items). */
 #ifndef BURNC_PTX_H
 #define BURNC_PTX_H
 
@@ -79,7 +83,10 @@ enum {
     CG_PTX_L_COUNT,  /* element-wise: positions of the domain; other entries: rows */
     CG_PTX_L_FLAGS,  /* element-wise: bit 0 every slot is contiguous and aligned (fast path); bit 1
                         a thread's positions stay in one innermost row and its vectors are aligned
-                        (innermost path, cg_ptx_has_inner) */
+                        (innermost path, cg_ptx_has_inner); shared-memory row entry: bit 2 every
+                        cached input's row is contiguous, its start and length multiples of 16
+                        bytes (copied as 16-byte vectors); bit 3 the same of every element-store
+                        output (cg_ptx_row_vec_out: 4 positions a thread, 16-byte stores) */
     CG_PTX_L_LEAVES, /* leaves: leaves per row */
     CG_PTX_L_SRC,    /* tree, finish: scratch address of the records read */
     CG_PTX_L_SRC_N,  /* tree: records per row in SRC */
@@ -87,7 +94,8 @@ enum {
     CG_PTX_L_DST_N,  /* tree: records per row in DST (ceil(SRC_N / 32)) */
     CG_PTX_LAUNCH_WORDS = 8
 };
-enum { CG_PTX_FLAG_FAST = 1, CG_PTX_FLAG_INNER = 2, CG_PTX_RECORD_BYTES = 16 };
+enum { CG_PTX_FLAG_FAST = 1, CG_PTX_FLAG_INNER = 2, CG_PTX_FLAG_ROW_VEC = 4, CG_PTX_FLAG_ROW_VEC_OUT = 8 };
+enum { CG_PTX_RECORD_BYTES = 16 };
 
 static inline cg_ptx_layout cg_ptx_params_layout(const kir_kernel *k)
 {
@@ -172,34 +180,12 @@ static inline void cg_ptx_phase_mark(const kir_kernel *k, int ph, bool *mark)
     }
 }
 
-/* Inputs the shared-memory row entry keeps on chip: those moving along a reduced axis that two
- * or more of the row's phases read (each stage is a phase, the element stores one more), so
- * that global memory is read once instead of once per phase. Sets cached[s]; returns how many. */
-static inline int cg_ptx_row_cached(const kir_kernel *k, bool *cached)
+static inline int cg_ptx_dtype_size(burnc_dtype_t dt)
 {
-    int phases[KIR_MAX_INPUTS] = {0}, n = 0;
-    for (int s = 0; s < KIR_MAX_INPUTS; s++)
-        cached[s] = false;
-    if (cg_ptx_is_elementwise(k) || k->n_insts <= 0)
-        return 0;
-    bool mark[k->n_insts];
-    for (int ph = 0; ph <= k->n_stages; ph++) {
-        bool seen[KIR_MAX_INPUTS] = {false};
-        cg_ptx_phase_mark(k, ph, mark);
-        for (int i = 0; i < k->n_insts; i++)
-            if (mark[i] && k->insts[i].op == KIR_LOAD && k->insts[i].a >= 0 && k->insts[i].a < k->n_inputs)
-                seen[k->insts[i].a] = true;
-        for (int s = 0; s < k->n_inputs; s++)
-            phases[s] += seen[s];
-    }
-    for (int s = 0; s < k->n_inputs; s++) {
-        bool moves = false;
-        for (int d = k->n_outer; d < k->rank; d++)
-            moves |= k->inputs[s].stride[d] != KIR_STRIDE_ZERO;
-        cached[s] = moves && phases[s] >= 2;
-        n += cached[s];
-    }
-    return n;
+    return dt == BURNC_DTYPE_F64 || dt == BURNC_DTYPE_I64   ? 8
+           : dt == BURNC_DTYPE_F32 || dt == BURNC_DTYPE_I32 ? 4
+           : dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16 ? 2
+                                                             : 1;
 }
 
 /* Bytes per position of a stage value the shared-memory row entry keeps (0: not kept). */
@@ -209,9 +195,10 @@ static inline int cg_ptx_kept_size(kir_type t)
 }
 
 /* Stages whose per-position value a later phase evaluates again (softmax: exp(x - max) is
- * summed, then divided at every position): the shared-memory row entry keeps the values of
- * the stage (32- and 64-bit types) on chip, and later phases read them instead of computing
- * them again (the same instructions, so the same bits). Sets kept[st]; returns how many. */
+ * summed, then divided at every position): the shared-memory row entry evaluates the stage's
+ * value once per position with the whole block, keeps it on chip (32- and 64-bit types), and
+ * the stage's combine and later phases read it there (the same instructions, so the same
+ * bits). Sets kept[st]; returns how many. */
 static inline int cg_ptx_row_kept(const kir_kernel *k, bool *kept)
 {
     int n = 0;
@@ -232,32 +219,161 @@ static inline int cg_ptx_row_kept(const kir_kernel *k, bool *kept)
     return n;
 }
 
+/* What phase ph of the shared-memory row entry evaluates: as cg_ptx_phase_mark, but the values
+ * of kept stages before ph are read back, so what they depend on is not evaluated again. */
+static inline void cg_ptx_phase_mark_kept(const kir_kernel *k, int ph, const bool *kept, bool *mark)
+{
+    bool stop[k->n_insts];
+    for (int i = 0; i < k->n_insts; i++)
+        stop[i] = mark[i] = false;
+    for (int st = 0; st < ph && st < k->n_stages; st++)
+        if (kept[st])
+            stop[k->stages[st].value] = true;
+    if (ph < k->n_stages)
+        mark[k->stages[ph].value] = true;
+    else
+        for (int i = 0; i < k->n_stores; i++)
+            if (!k->stores[i].row)
+                mark[k->stores[i].value] = true;
+    for (int i = k->n_insts - 1; i >= 0; i--) {
+        if (!mark[i] || stop[i])
+            continue;
+        const kir_inst *in = &k->insts[i];
+        int ops = in->op <= KIR_REDUCED ? 0 : in->op <= KIR_ROUND ? 1 : in->op <= KIR_GE ? 2 : 3;
+        int32_t o[3] = {in->a, in->b, in->c};
+        for (int j = 0; j < ops; j++)
+            if (o[j] >= 0 && o[j] < i)
+                mark[o[j]] = true;
+    }
+}
+
+/* Whether phase ph of the shared-memory row entry loads input s at reduced positions. */
+static inline bool cg_ptx_phase_reads(const kir_kernel *k, int ph, const bool *kept, int s)
+{
+    bool mark[k->n_insts];
+    cg_ptx_phase_mark_kept(k, ph, kept, mark);
+    for (int i = 0; i < k->n_insts; i++)
+        if (mark[i] && k->insts[i].op == KIR_LOAD && k->insts[i].a == s)
+            return true;
+    return false;
+}
+
+/* Inputs the shared-memory row entry keeps on chip: those moving along a reduced axis that two
+ * or more of the row's phases read (each stage is a phase, the element stores one more; a
+ * phase reading a kept stage's value does not read what that value was computed from), so
+ * that global memory is read once instead of once per phase. Sets cached[s]; returns how many. */
+static inline int cg_ptx_row_cached(const kir_kernel *k, bool *cached)
+{
+    int n = 0;
+    bool kept[KIR_MAX_STAGES];
+    for (int s = 0; s < KIR_MAX_INPUTS; s++)
+        cached[s] = false;
+    if (cg_ptx_is_elementwise(k) || k->n_insts <= 0)
+        return 0;
+    cg_ptx_row_kept(k, kept);
+    for (int s = 0; s < k->n_inputs; s++) {
+        bool moves = false;
+        int phases = 0;
+        for (int d = k->n_outer; d < k->rank; d++)
+            moves |= k->inputs[s].stride[d] != KIR_STRIDE_ZERO;
+        for (int ph = 0; moves && ph <= k->n_stages; ph++)
+            phases += cg_ptx_phase_reads(k, ph, kept, s);
+        cached[s] = moves && phases >= 2;
+        n += cached[s];
+    }
+    return n;
+}
+
+/* Where the shared-memory row entry keeps each kept stage's values: over the row of a cached
+ * input of the same size that no later phase reads (softmax: exp(x - max) over x, so a row
+ * of 8192 f32 takes 32 KB instead of 64 and twice the blocks fit an SM). Position j's value
+ * is computed from position j's elements by the thread that then overwrites them, so no
+ * thread reads what another overwrote. alias[st] is the input slot, or -1 for a region of its
+ * own (and for stages not kept). */
+static inline void cg_ptx_row_alias(const kir_kernel *k, const bool *cached, const bool *kept, int *alias)
+{
+    bool taken[KIR_MAX_INPUTS] = {false};
+    for (int st = 0; st < KIR_MAX_STAGES; st++)
+        alias[st] = -1;
+    for (int st = 0; st < k->n_stages; st++) {
+        if (!kept[st])
+            continue;
+        int size = cg_ptx_kept_size(k->insts[k->stages[st].value].type);
+        for (int s = 0; s < k->n_inputs && alias[st] < 0; s++) {
+            bool later = false;
+            if (!cached[s] || taken[s] || cg_ptx_dtype_size(k->inputs[s].dtype) != size)
+                continue;
+            for (int ph = st + 1; ph <= k->n_stages && !later; ph++)
+                later = cg_ptx_phase_reads(k, ph, kept, s);
+            if (!later) {
+                alias[st] = s;
+                taken[s] = true;
+            }
+        }
+    }
+}
+
+/* Whether the shared-memory row entry has the 4-positions path for its element stores (taken
+ * when the planner sets CG_PTX_FLAG_ROW_VEC_OUT): one reduced axis, element stores only of
+ * 32-bit dtypes, so 4 positions make one 16-byte store per output. */
+static inline bool cg_ptx_row_vec_out(const kir_kernel *k)
+{
+    bool any = false;
+    if (cg_ptx_is_elementwise(k) || k->rank - k->n_outer != 1)
+        return false;
+    for (int i = 0; i < k->n_stores; i++) {
+        if (k->stores[i].row)
+            continue;
+        if (cg_ptx_dtype_size(k->outputs[k->stores[i].slot].dtype) != 4)
+            return false;
+        any = true;
+    }
+    return any;
+}
+
 /* The dynamic shared memory of the shared-memory row entry for rows of row_len positions:
- * the cached inputs in slot order, then the kept stage values in stage order, each region
- * rounded up to 16 bytes. 0 when the kernel keeps nothing. */
+ * the cached inputs in slot order, then the kept stage values that alias no input, in stage
+ * order, each region rounded up to 16 bytes. 0 when the kernel keeps nothing. */
 static inline uint64_t cg_ptx_row_smem_bytes(const kir_kernel *k, uint64_t row_len)
 {
     bool cached[KIR_MAX_INPUTS], kept[KIR_MAX_STAGES];
+    int alias[KIR_MAX_STAGES];
     uint64_t bytes = 0;
     if (cg_ptx_row_cached(k, cached) + cg_ptx_row_kept(k, kept) == 0)
         return 0;
-    for (int s = 0; s < k->n_inputs; s++) {
-        burnc_dtype_t dt = k->inputs[s].dtype;
-        uint64_t size = dt == BURNC_DTYPE_F64 || dt == BURNC_DTYPE_I64   ? 8
-                        : dt == BURNC_DTYPE_F32 || dt == BURNC_DTYPE_I32 ? 4
-                        : dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16 ? 2
-                                                                          : 1;
+    cg_ptx_row_alias(k, cached, kept, alias);
+    for (int s = 0; s < k->n_inputs; s++)
         if (cached[s])
-            bytes += (row_len * size + 15) & ~(uint64_t)15;
-    }
+            bytes += (row_len * (uint64_t)cg_ptx_dtype_size(k->inputs[s].dtype) + 15) & ~(uint64_t)15;
     for (int st = 0; st < k->n_stages; st++)
-        if (kept[st])
+        if (kept[st] && alias[st] < 0)
             bytes += (row_len * (uint64_t)cg_ptx_kept_size(k->insts[k->stages[st].value].type) + 15) & ~(uint64_t)15;
     return bytes;
 }
 
 /* Defaults of cg_ptx_options' zero fields (the planner and the generator agree on them). */
 enum { CG_PTX_DEFAULT_BLOCK = 256, CG_PTX_DEFAULT_ITEMS = 4, CG_PTX_DEFAULT_ROWS_PER_BLOCK = 8 };
+
+/* Positions per thread of an element-wise kernel when the options leave it 0. A thread keeps
+ * one 16-byte vector per input in flight at 4 positions of f32; a kernel reading at most one
+ * input that moves along every axis (the others broadcast, so served by the caches) then has
+ * 16 bytes of DRAM reads per thread in flight, about what an H200 SM needs at full occupancy
+ * to cover the memory latency, and no more: such kernels (32-bit slots only) take 8 positions,
+ * two vectors. */
+static inline int cg_ptx_default_items(const kir_kernel *k)
+{
+    int full = 0;
+    for (int s = 0; s < k->n_inputs + k->n_outputs; s++) {
+        const kir_slot *sl = s < k->n_inputs ? &k->inputs[s] : &k->outputs[s - k->n_inputs];
+        if (cg_ptx_dtype_size(sl->dtype) != 4)
+            return CG_PTX_DEFAULT_ITEMS;
+        bool moves = true;
+        for (int d = 0; d < k->rank; d++)
+            moves &= sl->stride[d] != KIR_STRIDE_ZERO;
+        full += s < k->n_inputs && moves;
+    }
+    return full <= 1 ? 8 : CG_PTX_DEFAULT_ITEMS;
+}
 /* Multi-pass reductions pay when rows are fewer than this and have at least
  * CG_PTX_MULTIPASS_LEAVES leaves (2 x the H200's 132 SMs: fewer rows leave SMs idle). */
 enum { CG_PTX_MULTIPASS_ROWS = 264, CG_PTX_MULTIPASS_LEAVES = 8 };

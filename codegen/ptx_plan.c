@@ -109,10 +109,66 @@ static bool ew_inner(const kir_kernel *k, const kir_args *a, int items)
     return true;
 }
 
+/* Shared-memory row entry: every cached input's row is one contiguous range whose start (for
+ * every row) and length are multiples of 16 bytes, so it is copied on chip as 16-byte vectors. */
+static bool row_vec(const kir_kernel *k, const kir_args *a, uint64_t row_len)
+{
+    bool cached[KIR_MAX_INPUTS];
+    cg_ptx_row_cached(k, cached);
+    for (int s = 0; s < k->n_inputs; s++) {
+        if (!cached[s])
+            continue;
+        const int64_t *strides = a->in_strides + (size_t)s * (size_t)k->rank;
+        uint64_t size = (uint64_t)dtype_size(k->inputs[s].dtype), want = 1;
+        if ((row_len * size) % 16 || ((uint64_t)(uintptr_t)a->inputs[s] + (uint64_t)a->in_offsets[s] * size) % 16)
+            return false;
+        for (int d = k->rank - 1; d >= 0; d--) {
+            if (a->extents[d] == 1)
+                continue;
+            int64_t st = k->inputs[s].stride[d] == KIR_STRIDE_ZERO   ? 0
+                         : k->inputs[s].stride[d] == KIR_STRIDE_UNIT ? 1
+                                                                     : strides[d];
+            if (d >= k->n_outer ? (uint64_t)st != want : ((uint64_t)st * size) % 16)
+                return false;
+            if (d >= k->n_outer)
+                want *= (uint64_t)a->extents[d];
+        }
+    }
+    return true;
+}
+
+/* ... and the 4-positions store path: every element-store output's row contiguous, its start
+ * (for every row) and length multiples of 16 bytes. */
+static bool row_vec_out(const kir_kernel *k, const kir_args *a, uint64_t row_len)
+{
+    if (!cg_ptx_row_vec_out(k) || (row_len * 4) % 16)
+        return false;
+    for (int i = 0; i < k->n_stores; i++) {
+        int o = k->stores[i].slot;
+        if (k->stores[i].row)
+            continue;
+        const int64_t *strides = a->out_strides + (size_t)o * (size_t)k->rank;
+        int last = k->rank - 1;
+        int64_t st = k->outputs[o].stride[last] == KIR_STRIDE_ZERO   ? 0
+                     : k->outputs[o].stride[last] == KIR_STRIDE_UNIT ? 1
+                                                                     : strides[last];
+        if ((a->extents[last] > 1 && st != 1) || ((uint64_t)(uintptr_t)a->outputs[o] + (uint64_t)a->out_offsets[o] * 4) % 16)
+            return false;
+        for (int d = 0; d < last; d++) {
+            int64_t sd = k->outputs[o].stride[d] == KIR_STRIDE_ZERO   ? 0
+                         : k->outputs[o].stride[d] == KIR_STRIDE_UNIT ? 1
+                                                                      : strides[d];
+            if (a->extents[d] > 1 && ((uint64_t)sd * 4) % 16)
+                return false;
+        }
+    }
+    return true;
+}
+
 /* The words every launch of the kernel shares. */
 static void fill_words(const kir_kernel *k, const kir_args *a, const cg_ptx_layout *l, uint64_t *w)
 {
-    memset(w, 0, sizeof(uint64_t) * (size_t)l->n_words);
+    memset(w + l->launch, 0, sizeof(uint64_t) * CG_PTX_LAUNCH_WORDS); /* the rest is written below */
     for (int s = 0; s < k->n_inputs; s++) {
         w[l->in_addr + s] = (uint64_t)(uintptr_t)a->inputs[s];
         w[l->in_off + s] = (uint64_t)a->in_offsets[s];
@@ -136,7 +192,9 @@ static cg_ptx_launch *add(cg_ptx_plan *p, const char *entry, uint64_t threads, u
                           const cg_ptx_layout *l)
 {
     cg_ptx_launch *x = &p->launch[p->n++];
-    memset(x, 0, sizeof *x);
+    /* the header only: words past n_words are never read, and a plan is 64 KB (per launch,
+     * small kernels would pay for clearing it) */
+    memset(x, 0, offsetof(cg_ptx_launch, words));
     snprintf(x->entry, sizeof x->entry, "%s", entry);
     uint64_t grid = (threads + block - 1) / block;
     x->grid[0] = grid > GRID_X_MAX ? 0 : (uint32_t)grid; /* checked by the caller */
@@ -154,8 +212,10 @@ static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 bool cg_ptx_plan_launches(const kir_kernel *k, const cg_ptx_options *opt, const kir_args *args, uint64_t scratch,
                           cg_ptx_plan *plan, char *why, size_t why_cap)
 {
-    if (plan)
-        memset(plan, 0, sizeof *plan);
+    if (plan) {
+        plan->n = 0;
+        plan->scratch_bytes = 0;
+    }
     if (!k || !opt || !args || !plan)
         return failf(why, why_cap, "ptx plan: missing kernel, options, arguments or plan");
     const char *name = k->name[0] ? k->name : "kernel";
@@ -179,7 +239,7 @@ bool cg_ptx_plan_launches(const kir_kernel *k, const cg_ptx_options *opt, const 
         return true; /* nothing to run */
 
     if (cg_ptx_is_elementwise(k)) {
-        int items = opt->items ? opt->items : CG_PTX_DEFAULT_ITEMS;
+        int items = opt->items ? opt->items : cg_ptx_default_items(k);
         lw[CG_PTX_L_COUNT] = rows;
         lw[CG_PTX_L_FLAGS] = ew_fast(k, args, items) ? CG_PTX_FLAG_FAST : ew_inner(k, args, items) ? CG_PTX_FLAG_INNER : 0;
         uint64_t threads = cdiv(rows, (uint64_t)items);
@@ -245,6 +305,8 @@ bool cg_ptx_plan_launches(const kir_kernel *k, const cg_ptx_options *opt, const 
     uint64_t smem = cg_ptx_row_smem_bytes(k, row_len);
     if (smem && smem <= CG_PTX_SMEM_ROW_BYTES) {
         /* the whole block copies the row and does the element stores: keep it full */
+        lw[CG_PTX_L_FLAGS] = (row_vec(k, args, row_len) ? CG_PTX_FLAG_ROW_VEC : 0) |
+                             (row_vec_out(k, args, row_len) ? CG_PTX_FLAG_ROW_VEC_OUT : 0);
         cg_ptx_launch *x = add(plan, CG_PTX_ENTRY_ROWS_SMEM, rows * block, block, w, &l);
         x->grid[0] = (uint32_t)rows;
         /* past the 48 KB any launch may have, a function's limit is raised once (the CUDA

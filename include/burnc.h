@@ -450,7 +450,18 @@ BURNC_API burnc_tensor_t *burnc_layer_norm_affine(burnc_tensor_t *x, int normali
  * f32 and round the result once to their dtype; integer dtypes wrap as on ref. The chain is
  * fixed per element, so results do not depend on blocking, tiling, tuning or the thread count
  * (bitwise equal to a host loop doing the same fmaf/fma chain). The ref device accumulates in
- * double and rounds once: the two agree within K * eps * sum |a[i][k] b[k][j]|. */
+ * double and rounds once: the two agree within K * eps * sum |a[i][k] b[k][j]|.
+ * On cuda (compute capability 8.0 and up), f16 and bf16 matmuls run on tensor cores: products
+ * of the exact operands summed in f32 in the hardware's order (not the fma chain above), the
+ * result rounded once to the dtype, so they differ from the cpu device's bits but agree with
+ * ref within one rounding of the dtype plus K * 2^-23 * sum |a[i][k] b[k][j]|. With TF32 allowed
+ * (burnc_device_set_matmul_tf32) f32 matmuls do the same with each operand first rounded to a
+ * 10-bit mantissa (to nearest, ties away): within K * 2^-23 * sum |a b| plus 2^-10 * sum |a b|
+ * of ref. Operands whose rows are not 16-byte aligned, or with no unit-stride axis, take the
+ * f32 fma chain instead. Every other float matmul on cuda runs the fma chain above on the GPU,
+ * bitwise equal to the cpu device, with element-wise work that fusion puts right after it
+ * (bias, activation, residual, scale, cast) applied in its stores, bitwise as if run apart;
+ * integer matmuls run on the host with ref's kernels. */
 BURNC_API burnc_tensor_t *burnc_matmul(burnc_tensor_t *a, burnc_tensor_t *b);
 
 /* ---- Movement ---------------------------------------------------------------------------- */

@@ -407,7 +407,11 @@ Test(cuda, opaque_matmul_runs_on_host_correctly)
         BT_ASSERT_OK(burnc_tensor_read(y, d ? want : got, sizeof got));
         burnc_scope_end();
     }
-    expect_same_bits(got, want, sizeof got, "matmul + 1 against ref");
+    /* the GPU runs the cpu device's f32 fma chain (tests/test_cuda_mm.c checks its bits), ref
+     * accumulates in f64: they agree within K * eps * sum |a b| */
+    for (int i = 0; i < 15; i++)
+        cr_assert(fabsf(got[i] - want[i]) <= 7 * 0x1p-23f * 7 * 16 + 0x1p-20f, "element %d: %.9g vs ref %.9g", i,
+                  (double)got[i], (double)want[i]);
     burnc_device_release(ref);
     burnc_device_release(gpu);
     BT_LEAK_CHECK();

@@ -68,8 +68,8 @@ static const char *find_ptxas(void)
     return NULL;
 }
 
-/* Assembles ptx for sm_90; false with ptxas' output in log. */
-static bool ptxas_ok(const char *ptx, const char *name, char *log, size_t cap)
+/* Assembles ptx for sm_90 with extra ptxas flags; false with ptxas' output in log. */
+static bool ptxas_run(const char *ptx, const char *flags, char *log, size_t cap)
 {
     char dir[] = "/tmp/burnc-ptx-XXXXXX";
     cr_assert(mkdtemp(dir), "mkdtemp failed");
@@ -80,7 +80,7 @@ static bool ptxas_ok(const char *ptx, const char *name, char *log, size_t cap)
     cr_assert(f);
     fputs(ptx, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "'%s' -arch=sm_90 -o %s/k.cubin %s > %s 2>&1", find_ptxas(), dir, src, out);
+    snprintf(cmd, sizeof cmd, "'%s' -arch=sm_90 %s -o %s/k.cubin %s > %s 2>&1", find_ptxas(), flags, dir, src, out);
     int rc = system(cmd);
     log[0] = '\0';
     f = fopen(out, "r");
@@ -92,8 +92,59 @@ static bool ptxas_ok(const char *ptx, const char *name, char *log, size_t cap)
     char rm[512];
     snprintf(rm, sizeof rm, "rm -rf %s", dir);
     cr_assert_eq(system(rm), 0);
-    (void)name;
     return rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0;
+}
+
+static bool ptxas_ok(const char *ptx, const char *name, char *log, size_t cap)
+{
+    (void)name;
+    return ptxas_run(ptx, "", log, cap);
+}
+
+/* Registers and spilled bytes of one entry, from ptxas -v (false without ptxas). */
+static bool ptxas_usage(const char *ptx, const char *entry, int *regs, int *spills)
+{
+    static char log[65536];
+    if (!find_ptxas())
+        return false;
+    cr_assert(ptxas_run(ptx, "-v", log, sizeof log), "ptxas -v failed:\n%s", log);
+    char key[128];
+    snprintf(key, sizeof key, "entry function '%s'", entry);
+    const char *at = strstr(log, key);
+    cr_assert(at, "ptxas -v says nothing about %s", entry);
+    const char *sp = strstr(at, "bytes spill stores"), *rg = strstr(at, "registers");
+    cr_assert(sp && rg, "ptxas -v: no usage lines for %s", entry);
+    while (sp > at && sp[-1] == ' ')
+        sp--;
+    while (sp > at && sp[-1] >= '0' && sp[-1] <= '9')
+        sp--;
+    const char *u = strstr(at, "Used ");
+    cr_assert(u && u < rg);
+    *spills = atoi(sp);
+    *regs = atoi(u + 5);
+    return true;
+}
+
+/* Instructions in one entry's PTX body: lines ending in ';' between its braces (a rough count
+ * of what a thread issues, printed as evidence next to ptxas' registers). */
+static int ptx_lines(const char *ptx, const char *entry, const char *what)
+{
+    char key[128];
+    snprintf(key, sizeof key, ".entry %s(", entry);
+    const char *at = strstr(ptx, key);
+    if (!at)
+        return -1;
+    const char *end = strstr(at, "\n}");
+    int n = 0;
+    for (const char *l = strchr(at, '\n'); l && (!end || l < end); l = strchr(l + 1, '\n')) {
+        const char *e = strchr(l + 1, '\n');
+        size_t len = e ? (size_t)(e - l - 1) : strlen(l + 1);
+        char line[256];
+        snprintf(line, sizeof line, "%.*s", (int)(len < 255 ? len : 255), l + 1);
+        if (strchr(line, ';') && (!what || strstr(line, what)))
+            n++;
+    }
+    return n;
 }
 
 static double now_ms(void)
@@ -520,6 +571,7 @@ Test(ptx, elementwise_gelu)
                     kir_const_f(&k, KIR_F32, 2.0));
     STORE(&k, o, OP2(&k, KIR_ADD, KIR_F32, OP2(&k, KIR_MUL, KIR_F32, y, LD(&k, w)), LD(&k, b)), false);
     snprintf(k.name, sizeof k.name, "gelu");
+    cr_assert_eq(cg_ptx_default_items(&k), 4, "three streamed inputs: a vector each is enough in flight");
     char *ptx = gen_ptx(&k, NULL);
     cr_assert(strstr(ptx, "ld.global.nc.v4.f32") && strstr(ptx, "st.global.v4.f32"), "no 16-byte vector path");
     free(ptx);
@@ -626,6 +678,131 @@ Test(ptx, rows_softmax_layer_norm)
     free(ptx);
     cg_ptx_options o = {.sm = 90, .block = 1024, .rows_per_block = 32};
     free(gen_ptx(&k, &o));
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
+/* The kernels burnc-bench's CUDA workloads fuse (BURNC_DUMP_DIR's .kir of softmax, layer_norm
+ * and bcast): checked for what their speed depends on, with ptxas' registers and the PTX's
+ * instruction counts printed as evidence. */
+static void bench_layer_norm_kernel(kir_kernel *k)
+{
+    kir_init(k, 2, 1);
+    int a = in_slot(k, BURNC_DTYPE_F32, "21");
+    int o = out_slot(k, BURNC_DTYPE_F32, "21");
+    int32_t x = LD(k, a);
+    int32_t n = OP1(k, KIR_CONVERT, KIR_F32, kir_emit(k, KIR_ROW_LEN, KIR_I64, -1, -1, -1));
+    int s1 = STAGE(k, KIR_COMBINE_SUM, x);
+    int32_t d = OP2(k, KIR_SUB, KIR_F32, x, OP2(k, KIR_DIV, KIR_F32, REDUCED(k, s1), n));
+    int s2 = STAGE(k, KIR_COMBINE_SUM, OP2(k, KIR_MUL, KIR_F32, d, d));
+    int32_t var = OP2(k, KIR_DIV, KIR_F32, REDUCED(k, s2), n);
+    int32_t eps = kir_emit(k, KIR_ARG, KIR_F32, 0, -1, -1);
+    k->n_scalars = 1;
+    STORE(k, o, OP2(k, KIR_DIV, KIR_F32, d, OP1(k, KIR_SQRT, KIR_F32, OP2(k, KIR_ADD, KIR_F32, var, eps))), false);
+    snprintf(k->name, sizeof k->name, "bench_layer_norm");
+}
+
+/* x [r, n], u and w [n], v and z [r, 1]: the bench's ten-op broadcast chain. */
+static void bcast_kernel(kir_kernel *k)
+{
+    kir_init(k, 2, 2);
+    int x = in_slot(k, BURNC_DTYPE_F32, "21"), u = in_slot(k, BURNC_DTYPE_F32, "01"),
+        v = in_slot(k, BURNC_DTYPE_F32, "10"), w = in_slot(k, BURNC_DTYPE_F32, "01"),
+        z = in_slot(k, BURNC_DTYPE_F32, "10");
+    int o = out_slot(k, BURNC_DTYPE_F32, "21");
+    int32_t lx = LD(k, x), lu = LD(k, u), lv = LD(k, v), lw = LD(k, w), lz = LD(k, z);
+    int32_t t = OP2(k, KIR_MUL, KIR_F32, OP2(k, KIR_SUB, KIR_F32, OP2(k, KIR_ADD, KIR_F32,
+                                                                      OP2(k, KIR_MUL, KIR_F32, lx, lu), lv), lw), lz);
+    int32_t gt = OP2(k, KIR_GT, KIR_BOOL, t, lu), nan = OP2(k, KIR_NE, KIR_BOOL, t, t);
+    t = OP3(k, KIR_SELECT, KIR_F32, OP2(k, KIR_OR, KIR_BOOL, gt, nan), t, lu);
+    t = OP2(k, KIR_MUL, KIR_F32, OP2(k, KIR_ADD, KIR_F32, t, lx), kir_emit(k, KIR_ARG, KIR_F32, 0, -1, -1));
+    k->n_scalars = 1;
+    t = OP2(k, KIR_ADD, KIR_F32, OP1(k, KIR_ABS, KIR_F32, OP2(k, KIR_SUB, KIR_F32, t, lv)), lw);
+    STORE(k, o, t, false);
+    snprintf(k->name, sizeof k->name, "bench_bcast");
+}
+
+static void report_entry(const char *ptx, const char *kernel, const char *entry, int max_regs)
+{
+    int regs = -1, spills = -1;
+    bool have = ptxas_usage(ptx, entry, &regs, &spills);
+    printf("ptx %s %s: %d instructions (%d ld.global, %d st.global, %d ld.shared, %d st.shared, %d bar.sync)",
+           kernel, entry, ptx_lines(ptx, entry, NULL), ptx_lines(ptx, entry, "ld.global"),
+           ptx_lines(ptx, entry, "st.global"), ptx_lines(ptx, entry, "ld.shared"), ptx_lines(ptx, entry, "st.shared"),
+           ptx_lines(ptx, entry, "bar.sync"));
+    if (have)
+        printf(", %d registers, %d bytes spilled\n", regs, spills);
+    else
+        printf(" (no ptxas: registers not checked)\n");
+    if (have) {
+        cr_assert_eq(spills, 0, "%s %s spills %d bytes", kernel, entry, spills);
+        cr_assert(regs <= max_regs, "%s %s: %d registers, more than %d (fewer blocks per SM)", kernel, entry, regs,
+                  max_regs);
+    }
+}
+
+Test(ptx, bench_kernels)
+{
+    need_ptxas();
+    kir_kernel k;
+    softmax_kernel(&k, BURNC_DTYPE_F32);
+    launch_args la;
+    int64_t ext[2] = {16384, 8192};
+    contiguous_args(&k, &la, ext);
+    cg_ptx_options o = {.sm = 90};
+    cg_ptx_plan p;
+    char why[256];
+    cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why), "%s", why);
+    /* the row once from global memory, in 16-byte pieces, the exp values over it: 32 KB, so
+     * six blocks of 256 threads per SM */
+    cr_assert_str_eq(p.launch[0].entry, CG_PTX_ENTRY_ROWS_SMEM);
+    cr_assert_eq(p.launch[0].shared_bytes, 32768u);
+    int flags = cg_ptx_params_layout(&k).launch + CG_PTX_L_FLAGS;
+    cr_assert_eq(p.launch[0].words[flags], (uint64_t)CG_PTX_FLAG_ROW_VEC, "the test's outputs have row strides 0");
+    /* the element stores' rows as a dense output has them: 4 positions a thread, 16-byte
+     * stores; not when the output starts one element off */
+    la.out_str[0] = ext[1], la.out_str[1] = 1;
+    cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why), "%s", why);
+    cr_assert_eq(p.launch[0].words[flags], (uint64_t)(CG_PTX_FLAG_ROW_VEC | CG_PTX_FLAG_ROW_VEC_OUT));
+    la.out_off[0] = 1;
+    cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why), "%s", why);
+    cr_assert_eq(p.launch[0].words[flags], (uint64_t)CG_PTX_FLAG_ROW_VEC);
+    char *ptx = gen_ptx(&k, NULL);
+    cr_assert(ptx_lines(ptx, CG_PTX_ENTRY_ROWS_SMEM, "ld.global.nc.v4") > 0, "softmax: no 16-byte row copy");
+    cr_assert(ptx_lines(ptx, CG_PTX_ENTRY_ROWS_SMEM, "st.global.v4") > 0, "softmax: no 16-byte stores");
+    cr_assert(strstr(ptx, ".maxnreg 40"), "softmax: no register cap on the shared-memory row entry");
+    report_entry(ptx, k.name, CG_PTX_ENTRY_ROWS_SMEM, 40);
+    free(ptx);
+    kir_free(&k);
+
+    bench_layer_norm_kernel(&k);
+    contiguous_args(&k, &la, ext);
+    cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why), "%s", why);
+    cr_assert_str_eq(p.launch[0].entry, CG_PTX_ENTRY_ROWS_SMEM);
+    cr_assert_eq(p.launch[0].shared_bytes, 32768u);
+    ptx = gen_ptx(&k, NULL);
+    cr_assert(ptx_lines(ptx, CG_PTX_ENTRY_ROWS_SMEM, "ld.global.nc.v4") > 0, "layer_norm: no 16-byte row copy");
+    report_entry(ptx, k.name, CG_PTX_ENTRY_ROWS_SMEM, 40);
+    free(ptx);
+    kir_free(&k);
+
+    bcast_kernel(&k);
+    contiguous_args(&k, &la, ext);
+    cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why), "%s", why);
+    cr_assert_str_eq(p.launch[0].entry, CG_PTX_ENTRY_EW);
+    /* one input moves along both axes: 8 positions per thread, two 16-byte vectors of x in
+     * flight, on the innermost path */
+    cr_assert_eq(cg_ptx_default_items(&k), 8);
+    cr_assert_eq(p.launch[0].words[cg_ptx_params_layout(&k).launch + CG_PTX_L_FLAGS], (uint64_t)CG_PTX_FLAG_INNER);
+    cr_assert_eq((uint64_t)p.launch[0].grid[0] * p.launch[0].block[0] * 8, (uint64_t)(ext[0] * ext[1]));
+    ptx = gen_ptx(&k, NULL);
+    report_entry(ptx, k.name, CG_PTX_ENTRY_EW, 64);
+    free(ptx);
+    cg_ptx_options o4 = {.sm = 90, .items = 4};
+    snprintf(k.name, sizeof k.name, "bench_bcast_i4");
+    ptx = gen_ptx(&k, &o4);
+    report_entry(ptx, k.name, CG_PTX_ENTRY_EW, 64);
+    free(ptx);
     kir_free(&k);
     BT_LEAK_CHECK();
 }
@@ -872,7 +1049,7 @@ Test(ptx, plan_elementwise_covers_domain)
     cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why), "%s", why);
     cr_assert(p.n == 1 && p.launch[0].grid[0] == 1);
     cr_assert_eq(p.launch[0].words[cg_ptx_params_layout(&k).launch + CG_PTX_L_COUNT], 1u);
-    replay_ew(&p.launch[0], CG_PTX_DEFAULT_ITEMS, 1, NULL, 0);
+    replay_ew(&p.launch[0], cg_ptx_default_items(&k), 1, NULL, 0);
     kir_free(&k);
     BT_LEAK_CHECK();
 }
@@ -1037,7 +1214,9 @@ Test(ptx, plan_rows_cover_rows_and_leaves)
     bool cached[KIR_MAX_INPUTS], kept[KIR_MAX_STAGES];
     cr_assert_eq(cg_ptx_row_cached(&k, cached), 1, "softmax reads x in three phases");
     cr_assert(cg_ptx_row_kept(&k, kept) == 1 && kept[1], "softmax divides the exp values the sum stage computes");
-    for (size_t s = 0; s < COUNT(shapes); s++)
+    int alias[KIR_MAX_STAGES];
+    cg_ptx_row_alias(&k, cached, kept, alias);
+    cr_assert(alias[0] == -1 && alias[1] == 0, "the exp values go over x, which the stores no longer read");    for (size_t s = 0; s < COUNT(shapes); s++)
         for (size_t r = 0; r < COUNT(rpbs); r++) {
             int64_t rows = shapes[s][0], n = shapes[s][1];
             launch_args la;
@@ -1068,8 +1247,8 @@ Test(ptx, plan_rows_cover_rows_and_leaves)
                     }
             } else {
                 int64_t leaves = (n + KIR_LEAF - 1) / KIR_LEAF, chunks = (leaves + 31) / 32;
-                /* x and the exp values */
-                uint64_t smem_bytes = 2 * (uint64_t)((n * 4 + 15) / 16 * 16);
+                /* x, then the exp values over it */
+                uint64_t smem_bytes = (uint64_t)((n * 4 + 15) / 16 * 16);
                 bool smem = smem_bytes <= CG_PTX_SMEM_ROW_BYTES;
                 cr_assert_str_eq(x->entry, smem ? CG_PTX_ENTRY_ROWS_SMEM : CG_PTX_ENTRY_ROWS_BLOCK, "%lld x %lld",
                                  (long long)rows, (long long)n);
@@ -1080,6 +1259,10 @@ Test(ptx, plan_rows_cover_rows_and_leaves)
                              x->block[0]);
                 uint64_t asked = smem_bytes > CG_PTX_SMEM_DEFAULT ? CG_PTX_SMEM_ROW_BYTES : smem_bytes;
                 cr_assert_eq(x->shared_bytes, smem ? (uint32_t)asked : 0u);
+                /* contiguous rows of a multiple of 4 floats, 256-byte aligned: 16-byte copies */
+                uint64_t flags = x->words[cg_ptx_params_layout(&k).launch + CG_PTX_L_FLAGS];
+                cr_assert_eq(flags, smem && n % 4 == 0 ? (uint64_t)CG_PTX_FLAG_ROW_VEC : 0u, "%lld x %lld: flags %llu",
+                             (long long)rows, (long long)n, (unsigned long long)flags);
                 int64_t warps = x->block[0] / 32;
                 for (int64_t row = 0; row < rows; row++) {
                     for (uint32_t t = 0; smem && t < x->block[0]; t++)
@@ -1172,13 +1355,14 @@ Test(ptx, plan_rows_shared_memory)
     s0 = STAGE(&k, KIR_COMBINE_SUM, y);
     STORE(&k, o, OP2(&k, KIR_DIV, KIR_F64, y, REDUCED(&k, s0)), false);
     snprintf(k.name, sizeof k.name, "smem_kept_f64");
-    cr_assert_eq(cg_ptx_row_cached(&k, cached), 1);
+    /* x is read once, where the block computes the kept values; the stores read those */
+    cr_assert_eq(cg_ptx_row_cached(&k, cached), 0);
     cr_assert(cg_ptx_row_kept(&k, kept) == 1 && kept[0]);
-    ext[1] = 4097;
+    ext[1] = 6145;
     contiguous_args(&k, &la, ext);
     cr_assert(plan(&k, &opt, &la, 0, &p, why, sizeof why), "%s", why);
     cr_assert_str_eq(p.launch[0].entry, CG_PTX_ENTRY_ROWS_SMEM);
-    /* regions of 4n and 8n bytes, 16-byte rounded: 16400 + 32784, past 48 KB, so the most */
+    /* one region of 8n bytes, 16-byte rounded: 49168, past 48 KB, so the most */
     cr_assert_eq(p.launch[0].shared_bytes, (uint32_t)CG_PTX_SMEM_ROW_BYTES);
     ptx = gen_ptx(&k, NULL);
     cr_assert(strstr(ptx, "st.shared.f64") && strstr(ptx, "ld.shared.f64"), "the f64 values are not kept");
@@ -1385,5 +1569,117 @@ Test(ptx, plan_refuses_past_grid_limits)
     cr_assert(plan(&k, &o, &la, 0, &p, why, sizeof why), "%s", why);
     cr_assert_eq(p.launch[0].grid[0], (uint32_t)((INT64_C(1) << 31) - 1));
     kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
+/* ---- On a GPU: the row entries against the cpu device ------------------------------------------ */
+
+/* op 0 softmax, 1 log_softmax, 2 layer_norm over the last axis of x (rows x n, from data); view
+ * 1 takes columns [1, n + 1) of a rows x (n + 1) tensor (rows not 16-byte aligned: the
+ * element-wise copy), view 2 the transpose of an n x rows tensor (strided rows). */
+static void row_op(burnc_device_t *dev, const float *data, int64_t rows, int64_t n, int op, int view, float *out)
+{
+    burnc_scope_begin();
+    burnc_tensor_t *x;
+    if (view == 1) {
+        x = burnc_slice(bt_f32(dev, 2, (int64_t[]){rows, n + 1}, data), 1, 1, n + 1, 1);
+    } else if (view == 2) {
+        x = burnc_transpose(bt_f32(dev, 2, (int64_t[]){n, rows}, data), 0, 1);
+    } else
+        x = bt_f32(dev, 2, (int64_t[]){rows, n}, data);
+    burnc_tensor_t *y = op == 0 ? burnc_softmax(x, 1) : op == 1 ? burnc_log_softmax(x, 1) : burnc_layer_norm(x, 1, 1e-5);
+    bt_read_f32(BT_NOT_NULL(y), out, rows * n);
+    burnc_scope_end();
+}
+
+/* The shared-memory row entry (16-byte and element copies, values kept over the row they came
+ * from, rows of up to 64 KB) and the block entry past it give the cpu device's bits. */
+Test(ptx, gpu_rows_match_cpu)
+{
+    burnc_device_t *gpu = burnc_device_open("cuda:0");
+    if (!gpu && burnc_error_code() == BURNC_ERR_UNAVAILABLE)
+        cr_skip_test("cuda:0 is not available: %s", burnc_error_message());
+    cr_assert_not_null(gpu, "cuda:0: %s", burnc_error_message());
+    burnc_device_t *cpu = burnc_device_open("cpu");
+    if (!cpu) {
+        burnc_device_release(gpu);
+        cr_skip_test("cpu is not available to compare with: %s", burnc_error_message());
+    }
+    static const int64_t shapes[][2] = {{37, 8192}, {5, 4100}, {3, 6001}, {4, 16384}, {2, 16388}, {9, 4097}};
+    for (size_t s = 0; s < COUNT(shapes); s++)
+        for (int op = 0; op < 3; op++)
+            for (int view = 0; view < 3; view++) {
+                int64_t rows = shapes[s][0], n = shapes[s][1], total = rows * (n + 1);
+                float *data = malloc((size_t)total * sizeof *data), *a = malloc((size_t)(rows * n) * sizeof *a),
+                      *b = malloc((size_t)(rows * n) * sizeof *b);
+                cr_assert(data && a && b);
+                uint64_t st = 0x9e3779b97f4a7c15u * (s * 9 + (size_t)op * 3 + (size_t)view + 1);
+                for (int64_t i = 0; i < total; i++) {
+                    st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+                    data[i] = (float)((double)(st >> 11) * 0x1p-53 * 16 - 8);
+                }
+                data[3] = -0.0f, data[4] = 0.0f; /* a signed-zero tie for the max */
+                row_op(gpu, data, rows, n, op, view, a);
+                row_op(cpu, data, rows, n, op, view, b);
+                for (int64_t i = 0; i < rows * n; i++)
+                    cr_assert(!memcmp(&a[i], &b[i], sizeof *a),
+                              "%lld x %lld, op %d, view %d: element %lld is %a on cuda:0, %a on cpu", (long long)rows,
+                              (long long)n, op, view, (long long)i, (double)a[i], (double)b[i]);
+                free(data), free(a), free(b);
+            }
+    burnc_device_release(cpu);
+    burnc_device_release(gpu);
+    BT_LEAK_CHECK();
+}
+
+/* The broadcast chain of burnc-bench (x [r, n] with [n] and [r, 1] operands) and a unary op:
+ * kernels with one streamed input, 8 positions per thread by default (cg_ptx_default_items),
+ * on the innermost path (n a multiple of 8), the general one (n = 8k + 4) and the fast path with
+ * a partial last thread. */
+static void ew_ops(burnc_device_t *dev, const float *data, int64_t r, int64_t n, float *out)
+{
+    burnc_scope_begin();
+    burnc_tensor_t *x = bt_f32(dev, 2, (int64_t[]){r, n}, data), *a = bt_f32(dev, 1, (int64_t[]){n}, data + r * n),
+                   *b = bt_f32(dev, 1, (int64_t[]){n}, data + r * n + n),
+                   *c = bt_f32(dev, 2, (int64_t[]){r, 1}, data + r * n + 2 * n),
+                   *d = bt_f32(dev, 2, (int64_t[]){r, 1}, data + r * n + 2 * n + r);
+    burnc_tensor_t *t = burnc_mul(burnc_sub(burnc_add(burnc_mul(x, a), c), b), d);
+    t = burnc_add(burnc_abs(burnc_sub(burnc_mul_scalar(burnc_add(burnc_maximum(t, a), x), 0.5), c)), b);
+    bt_read_f32(BT_NOT_NULL(t), out, r * n);
+    bt_read_f32(BT_NOT_NULL(burnc_exp(x)), out + r * n, r * n);
+    burnc_scope_end();
+}
+
+Test(ptx, gpu_elementwise_match_cpu)
+{
+    burnc_device_t *gpu = burnc_device_open("cuda:0");
+    if (!gpu && burnc_error_code() == BURNC_ERR_UNAVAILABLE)
+        cr_skip_test("cuda:0 is not available: %s", burnc_error_message());
+    cr_assert_not_null(gpu, "cuda:0: %s", burnc_error_message());
+    burnc_device_t *cpu = burnc_device_open("cpu");
+    if (!cpu) {
+        burnc_device_release(gpu);
+        cr_skip_test("cpu is not available to compare with: %s", burnc_error_message());
+    }
+    static const int64_t shapes[][2] = {{33, 1000}, {7, 1004}, {5, 4096}, {3, 100003}};
+    for (size_t s = 0; s < COUNT(shapes); s++) {
+        int64_t r = shapes[s][0], n = shapes[s][1], total = r * n + 2 * n + 2 * r;
+        float *data = malloc((size_t)total * sizeof *data), *a = malloc((size_t)(2 * r * n) * sizeof *a),
+              *b = malloc((size_t)(2 * r * n) * sizeof *b);
+        cr_assert(data && a && b);
+        uint64_t st = 0x9e3779b97f4a7c15u * (s + 1);
+        for (int64_t i = 0; i < total; i++) {
+            st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+            data[i] = (float)((double)(st >> 11) * 0x1p-53 * 8 - 4);
+        }
+        ew_ops(gpu, data, r, n, a);
+        ew_ops(cpu, data, r, n, b);
+        for (int64_t i = 0; i < 2 * r * n; i++)
+            cr_assert(!memcmp(&a[i], &b[i], sizeof *a), "%lld x %lld: element %lld is %a on cuda:0, %a on cpu",
+                      (long long)r, (long long)n, (long long)i, (double)a[i], (double)b[i]);
+        free(data), free(a), free(b);
+    }
+    burnc_device_release(cpu);
+    burnc_device_release(gpu);
     BT_LEAK_CHECK();
 }

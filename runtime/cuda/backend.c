@@ -6,6 +6,8 @@
 
 #include "burnc_config.h"
 #include "cu.h"
+#include "gemm.h"
+#include "mma.h"
 
 /* Pinned staging for host transfers: larger transfers go through it in pieces. */
 enum { STAGING_BYTES = 8 << 20 };
@@ -87,12 +89,15 @@ static void cuda_close(rt_device *dev)
         return;
     bool lost = atomic_load(&cd->lost);
     if (!lost && cd->cu->CtxSetCurrent(cd->ctx) == CUDA_SUCCESS && cd->stream) {
+        cuda_gemm_flush(dev);
         mtx_lock(&cd->lock);
         cuda_batch_submit_locked(dev);
         cd->cu->StreamSynchronize(cd->stream);
         mtx_unlock(&cd->lock);
     }
     cuda_graphs_free(dev);
+    cuda_mma_free(dev);
+    cuda_gemm_free(dev);
     cuda_kernel_cache_free(dev);
     if (cd->staging)
         cd->cu->MemFreeHost(cd->staging);
@@ -134,6 +139,8 @@ static burnc_status_t cuda_open(rt_device *dev, int index)
     mtx_init(&cd->plan_lock, mtx_plain);
     atomic_init(&cd->lost, false);
     atomic_init(&cd->fuse, rt_fusion_default());
+    const char *tf = getenv("BURNC_MATMUL_TF32");
+    atomic_init(&cd->tf32, tf && strcmp(tf, "1") == 0);
     const char *g = getenv("BURNC_CUDA_GRAPHS");
     cd->graphs = g && (strcmp(g, "1") == 0 || strcmp(g, "on") == 0);
     dev->impl = cd;
@@ -169,6 +176,8 @@ static burnc_status_t cuda_open(rt_device *dev, int index)
         step = "cuMemHostAlloc", r = cu->MemHostAlloc(&cd->staging, STAGING_BYTES, CU_MEMHOSTALLOC_PORTABLE);
     if (r == CUDA_SUCCESS && !(cd->plan = malloc(sizeof *cd->plan)))
         step = "malloc of a launch plan", r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS && cuda_gemm_init(dev) != BURNC_OK)
+        step = "the matmul's state", r = CUDA_ERROR_OUT_OF_MEMORY;
     if (r != CUDA_SUCCESS) {
         burnc_status_t s = cuda_fail(r, "burnc_device_open: %s: %s", dev->spec, step);
         if (s == BURNC_ERR_EXECUTION) {
@@ -222,6 +231,7 @@ static void cuda_free(rt_device *dev, rt_buffer *buf)
         return;
     cuda_device *cd = cuda_dev(dev);
     if (cuda_enter(dev, "cuda free") == BURNC_OK) {
+        cuda_gemm_flush(dev); /* a held matmul may read it */
         mtx_lock(&cd->lock);
         cuda_wait_locked(dev, "cuda free");
         mtx_unlock(&cd->lock);
@@ -236,6 +246,7 @@ static burnc_status_t cuda_write(rt_device *dev, rt_buffer *buf, size_t offset, 
 {
     RT_TRY(rt_buffer_check(dev, buf, offset, n, "write"));
     RT_TRY(cuda_enter(dev, "burnc write"));
+    RT_TRY(cuda_gemm_flush(dev));
     cuda_device *cd = cuda_dev(dev);
     mtx_lock(&cd->lock);
     burnc_status_t s = cuda_batch_submit_locked(dev); /* launches recorded before go first */
@@ -257,6 +268,7 @@ static burnc_status_t cuda_read(rt_device *dev, rt_buffer *buf, size_t offset, v
 {
     RT_TRY(rt_buffer_check(dev, buf, offset, n, "read"));
     RT_TRY(cuda_enter(dev, "burnc read"));
+    RT_TRY(cuda_gemm_flush(dev));
     cuda_device *cd = cuda_dev(dev);
     burnc_status_t s = BURNC_OK;
     mtx_lock(&cd->lock);
@@ -275,10 +287,10 @@ static burnc_status_t cuda_read(rt_device *dev, rt_buffer *buf, size_t offset, v
 }
 
 /* ---- Opaque groups (matmul, cat, pad, index ops) ----
- * A CUDA matmul and device-side index ops are later work: for now these records run on the
- * host with the reference kernels. The stream is drained, the inputs copied to host memory
- * through the staging buffer, the record run, and its output copied back: correct, and slow
- * for large tensors. */
+ * Float matmuls run on the GPU (gemm.c). Integer matmuls and device-side index ops are later
+ * work: for now these records run on the host with the reference kernels. The stream is
+ * drained, the inputs copied to host memory through the staging buffer, the record run, and
+ * its output copied back: correct, and slow for large tensors. */
 
 static burnc_status_t cuda_compile(rt_device *dev, const ir_group *g, rt_kernel **out)
 {
@@ -298,6 +310,9 @@ static burnc_status_t cuda_launch(rt_device *dev, rt_kernel *k, const ir_group *
     if (k->kind != CUDA_KERNEL_RECORD || g->n != 1)
         return rt_fail(BURNC_ERR_INTERNAL, "cuda: launch of a group this kernel was not compiled for");
     const ir_record *rec = g->recs[0];
+    if (cuda_gemm_handles(rec))
+        return cuda_gemm_launch(dev, rec, bufs[0]);
+    RT_TRY(cuda_gemm_flush(dev));
     int n = rec->n_in + 1;
     rt_buffer *host = calloc((size_t)n, sizeof *host), **hp = calloc((size_t)n, sizeof *hp);
     burnc_status_t s = host && hp ? BURNC_OK
@@ -342,10 +357,13 @@ static burnc_status_t cuda_compile_kernel(rt_device *dev, const kir_kernel *k, u
 static burnc_status_t cuda_launch_kernel(rt_device *dev, rt_kernel *k, const kir_args *args, rt_buffer *const *ins,
                                          rt_buffer *const *outs, bool epilogue)
 {
-    (void)epilogue; /* matmuls run on the host for now: nothing to fuse an epilogue into */
     if (k->kind != CUDA_KERNEL_COMPILED)
         return rt_fail(BURNC_ERR_INTERNAL, "cuda: launch_kernel of a record kernel");
     RT_TRY(cuda_enter(dev, k->ir.name));
+    bool fused = false; /* into the stores of the matmul before it */
+    RT_TRY(cuda_gemm_kernel_launched(dev, &k->ir, args, ins, outs, epilogue, &fused));
+    if (fused)
+        return BURNC_OK;
     cg_ptx_options opt;
     RT_TRY(cuda_tune_choose(dev, &k->ir, k->key, args, true, &opt, NULL));
     if (memcmp(&opt, &k->opt, sizeof opt) != 0)
@@ -356,6 +374,7 @@ static burnc_status_t cuda_launch_kernel(rt_device *dev, rt_kernel *k, const kir
 static burnc_status_t cuda_sync(rt_device *dev)
 {
     RT_TRY(cuda_enter(dev, "burnc_device_sync"));
+    cuda_gemm_flush(dev); /* a failure is the device's pending error, which sync reports */
     cuda_device *cd = cuda_dev(dev);
     mtx_lock(&cd->lock);
     burnc_status_t s = cuda_wait_locked(dev, "burnc_device_sync");
@@ -371,9 +390,18 @@ static void cuda_fingerprint(rt_device *dev, char *out, size_t cap)
         snprintf(out, cap, "cuda/sm_%d/driver %d/%s", cd->cc, cd->driver_version, BURNC_VERSION);
 }
 
+static void cuda_set_matmul_tf32(rt_device *dev, bool allow) { atomic_store(&cuda_dev(dev)->tf32, allow); }
 static bool cuda_fusion_enabled(rt_device *dev) { return atomic_load(&cuda_dev(dev)->fuse); }
 static void cuda_set_fusion(rt_device *dev, bool enabled) { atomic_store(&cuda_dev(dev)->fuse, enabled); }
 static const char *cuda_autotune_fingerprint(rt_device *dev) { return cuda_tune_fingerprint(dev); }
+
+/* Tuning runs on pool buffers a held matmul may still read. */
+static burnc_status_t cuda_tune_kernel_hook(rt_device *dev, const kir_kernel *k, const kir_args *args,
+                                            struct at_outcome *out)
+{
+    RT_TRY(cuda_gemm_flush(dev));
+    return cuda_tune_kernel(dev, k, args, out);
+}
 
 /* ---- The copy yardstick ---- */
 
@@ -386,6 +414,7 @@ static int cmp_double(const void *a, const void *b)
 static burnc_status_t cuda_copy_time(rt_device *dev, size_t bytes, int reps, double *seconds)
 {
     RT_TRY(cuda_enter(dev, "burnc_device_copy_time"));
+    RT_TRY(cuda_gemm_flush(dev));
     cuda_device *cd = cuda_dev(dev);
     const cuda_driver *cu = cd->cu;
     rt_buffer *src = NULL, *dst = NULL;
@@ -458,7 +487,8 @@ const rt_backend rt_cuda_backend = {
     .launch_kernel = cuda_launch_kernel,
     .fusion_enabled = cuda_fusion_enabled,
     .set_fusion = cuda_set_fusion,
+    .set_matmul_tf32 = cuda_set_matmul_tf32,
     .autotune_fingerprint = cuda_autotune_fingerprint,
-    .tune_kernel = cuda_tune_kernel,
+    .tune_kernel = cuda_tune_kernel_hook,
     .copy_time = cuda_copy_time,
 };

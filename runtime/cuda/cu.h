@@ -205,6 +205,9 @@ typedef struct cuda_device {
     atomic_bool lost;    /* a sticky error happened: every call fails until the device is reopened */
     char lost_msg[256];
     atomic_bool fuse;
+    atomic_bool tf32;    /* f32 matmuls may run on TF32 tensor cores (BURNC_MATMUL_TF32=1, or the API) */
+    struct cuda_mma_cache *mma; /* the tensor-core matmul's kernels (mma.c); NULL until the first */
+    struct cuda_gemm_state *gemm; /* the SIMT matmul's kernels and held matmul (gemm.c) */
     cuda_kernel_cache kernels;
     char tune_fingerprint[384];
     int forced_candidate; /* tests: 1 + the autotune candidate every launch uses; 0: autotune decides */

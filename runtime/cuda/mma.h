@@ -33,5 +33,13 @@ typedef struct cuda_mm_problem {
  * f32 with allow_tf32); leaves *taken false and returns BURNC_OK when it does not. An error
  * is a launch or compile failure of a problem it took. */
 burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool allow_tf32, bool *taken);
+/* Unloads the engine's kernels (cuda_close, before the context goes). */
+void cuda_mma_free(rt_device *dev);
+/* Test hook: every later problem on dev uses tile variant v of codegen/ptx_mma.h's
+ * CG_MMA_TILES (-1: the heuristic, or BURNC_CUDA_MMA_TILE); false when v is not one. */
+bool cuda_test_mma_force_tile(rt_device *dev, int v);
+/* Test hook: how many kernels the engine compiled (PTX generated or loaded from the disk
+ * cache) on dev: a second problem of the same kind must not add one. */
+int cuda_test_mma_builds(rt_device *dev);
 
 #endif

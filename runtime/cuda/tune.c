@@ -2,10 +2,15 @@
  * launch. Each option set is its own compiled kernel.
  *
  * Two families, by the kernel's shape:
- *   cuda.elementwise   "default" (the generator's choice) or block 128/256/512 threads x
- *                      1/2/4 positions per thread;
- *   cuda.reduce        "default", rows (warps) per block 4/8/16 for rows of one leaf or less,
- *                      or block 128/256/512 threads for longer rows (one block per row).
+ *   cuda.elementwise   "default" (the generator's: 256 threads x 4 positions) or other blocks
+ *                      of 128..1024 threads x 2, 4 or 8 positions per thread (8: two 16-byte
+ *                      vectors of f32 in flight per input, for chains whose only large input
+ *                      is one tensor, as a broadcast chain);
+ *   cuda.reduce        "default" (8 rows per block, or 256 threads per row), rows (warps) per
+ *                      block 2/4/16/32 for rows of one leaf or less, or 128/512/1024 threads for
+ *                      longer rows (one block per row: fewer threads leave more blocks per SM
+ *                      for rows kept in shared memory, more finish a row's phases sooner).
+ * No candidate repeats the default, so a tuning run compares schedules that differ.
  * None changes a result: the combine order is kernel.h's whatever the schedule, and every
  * option computes the same IEEE operations.
  *
@@ -22,10 +27,10 @@
 #include "cu.h"
 #include "kernel_io.h"
 
-enum { N_EW = 10, N_RED = 7, RUNS_PER_SAMPLE = 5 };
-static const char *const ew_names[N_EW] = {"default", "b128 i1", "b128 i2", "b128 i4", "b256 i1",
-                                          "b256 i2", "b256 i4", "b512 i1", "b512 i2", "b512 i4"};
-static const char *const red_names[N_RED] = {"default", "r4", "r8", "r16", "b128", "b256", "b512"};
+enum { N_EW = 10, N_RED = 8, N_MAX = 10, RUNS_PER_SAMPLE = 5 };
+static const char *const ew_names[N_EW] = {"default", "b128 i2", "b128 i4", "b128 i8", "b256 i2",
+                                          "b256 i8", "b512 i4", "b512 i8", "b1024 i4", "b1024 i8"};
+static const char *const red_names[N_RED] = {"default", "r2", "r4", "r16", "r32", "b128", "b512", "b1024"};
 static at_family fam_elementwise = {"cuda.elementwise", N_EW, ew_names};
 static at_family fam_reduce = {"cuda.reduce", N_RED, red_names};
 
@@ -33,17 +38,20 @@ static bool is_reduce(const kir_kernel *k) { return k->n_stages > 0 || k->n_oute
 
 static cg_ptx_options options_of(const cuda_device *cd, bool reduce, int c)
 {
-    static const int blocks[3] = {128, 256, 512}, items[3] = {1, 2, 4}, rows[3] = {4, 8, 16};
+    /* [c - 1]: the candidates after "default", as the names say */
+    static const int ew_block[N_EW - 1] = {128, 128, 128, 256, 256, 512, 512, 1024, 1024},
+                     ew_items[N_EW - 1] = {2, 4, 8, 2, 8, 4, 8, 4, 8}, rows[4] = {2, 4, 16, 32},
+                     blocks[3] = {128, 512, 1024};
     cg_ptx_options o = {.sm = cd->cc};
-    if (c == 0)
+    if (c <= 0)
         return o;
     if (!reduce) {
-        o.block = blocks[(c - 1) / 3];
-        o.items = items[(c - 1) % 3];
-    } else if (c <= 3) {
+        o.block = ew_block[c - 1];
+        o.items = ew_items[c - 1];
+    } else if (c <= 4) {
         o.rows_per_block = rows[c - 1];
     } else {
-        o.block = blocks[c - 4];
+        o.block = blocks[c - 5];
     }
     return o;
 }
@@ -226,10 +234,10 @@ burnc_status_t cuda_tune_choose(rt_device *dev, const kir_kernel *k, uint64_t ke
     shape_of(k, a->extents, &rows, &len);
     bool reduce = is_reduce(k);
     const at_family *fam = reduce ? &fam_reduce : &fam_elementwise;
-    bool valid[N_EW];
+    bool valid[N_MAX];
     for (int c = 0; c < fam->n; c++)
         /* rows per block matter for rows of one leaf or less, the block size for longer ones */
-        valid[c] = !reduce || c == 0 || (c <= 3) == (len <= KIR_LEAF);
+        valid[c] = !reduce || c == 0 || (c <= 4) == (len <= KIR_LEAF);
     at_buckets bk = at_get_buckets();
     char akey[160];
     snprintf(akey, sizeof akey, "k%016llx r%lld l%lld", (unsigned long long)key, (long long)at_bucket(rows, bk),
@@ -269,7 +277,7 @@ burnc_status_t cuda_tune_kernel(rt_device *dev, const kir_kernel *k, const kir_a
 
 bool cuda_test_force_candidate(rt_device *dev, int c)
 {
-    if (c < -1 || c >= N_EW)
+    if (c < -1 || c >= N_MAX)
         return false;
     cuda_dev(dev)->forced_candidate = c + 1;
     return true;

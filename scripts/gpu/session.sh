@@ -1,25 +1,33 @@
 #!/bin/bash
-# One GPU-machine call that measures everything, in order of importance, within a time budget.
+# One GPU-machine call that measures what it is asked to, in order, within a time budget.
 # Run there from the project root after TOOLCHAIN.md's unpack line, carrying .devdeps, the build
 # pack (scripts/gpu/stage.sh) and, for Vulkan, the loader packages:
 #
-#   scripts/gpu/session.sh PACK_DIR [SECONDS]      (logs go to $OUT, or ./gpu-logs)
+#   scripts/gpu/session.sh PACK_DIR SECONDS STEP...
 #
-# Steps: unpack the build; burnc-bench against PyTorch (compare_torch.py, which runs burnc-bench
-# on cuda:0 itself); the cuda, ops and matmul suites on cuda:0; burnc-bench on vulkan:0; then the
-# other suites on cuda:0 while time remains. Each step is bounded so the call ends in time.
+# Logs: one per step, packed after each step into $OUT/logs.tar.gz (or ./gpu-logs.tar.gz).
+#
+# Steps, run in the order given, each bounded so the call ends in time:
+#   compare[:GROUP]   bench/compare_torch.py (burnc-bench on cuda:0, then PyTorch, same run);
+#                     GROUP is its workload list, commas for spaces (default: its default list)
+#   suite:NAME[:DEV]  the test suite NAME against DEV (default cuda:0)
+#   bench:NAMES:DEV   burnc-bench on DEV, NAMES comma-separated
+# A step's time bound is STEP@SECONDS (default 120).
 set -u
 cd "$(dirname "$0")/../.."
-pack=${1:?pack dir}; budget=${2:-560}
-out=${OUT:-$PWD/gpu-logs}; mkdir -p "$out"
+pack=${1:?pack dir}; budget=${2:?seconds}; shift 2
+if [ -n "${OUT:-}" ]; then pack_to=$OUT/logs.tar.gz; else pack_to=$PWD/gpu-logs.tar.gz; fi
+out=$(mktemp -d /tmp/gpu-logs.XXXXXX)
 start=$SECONDS
-left() { echo $((budget - (SECONDS - start))); }
-step() { # step NAME SECONDS CMD...: runs CMD with a bound, output to $out/NAME.log and stdout tail
+step() { # step NAME SECONDS CMD...: CMD with a bound, its output in $out/NAME.log
     local name=$1 t=$2; shift 2
-    local l; l=$(left); [ "$l" -lt 10 ] && { echo "== $name: no time left"; return; }
+    local l=$((budget - (SECONDS - start)))
+    [ "$l" -lt 10 ] && { echo "== $name: no time left"; return; }
     [ "$t" -gt "$l" ] && t=$l
     echo "== $name (bound ${t}s)"
     timeout "$t" "$@" >"$out/$name.log" 2>&1; echo "   exit $? after $((SECONDS - start))s"
+    grep -a -h 'Synthesis' "$out/$name.log" | tail -1
+    tar -czf "$pack_to" -C "$out" .
 }
 tar -xJf "$pack"/*.tar.xz || { echo "session: cannot unpack $pack"; exit 1; }
 B=$PWD/$(basename "$pack" -pack)
@@ -28,12 +36,16 @@ export BURNC_CACHE_DIR=$(mktemp -d) BURNC_TEST_DATA=$PWD/tests/data BURNC_TUNE=$
 [ -e "$B/burnc-llvm.so" ] && export BURNC_LLVM_MODULE=$B/burnc-llvm.so
 [ -f "$B/digits.csv" ] && export BURNC_DIGITS_CSV=$B/digits.csv
 export PYTHONUNBUFFERED=1
-step compare "${COMPARE_S:-240}" python3 bench/compare_torch.py --bench "$B/bench/burnc-bench" --json "$out/compare.json"
-suite() { # suite NAME DEVICE SECONDS
-    (cd tests && step "$1-${2/:/}" "$3" env BURNC_TEST_DEVICE="$2" "$B/tests/test_$1" -j8)
-}
-for s in ${FIRST_SUITES:-cuda ops}; do suite "$s" cuda:0 90; done
-step bench-vulkan 60 "$B/bench/burnc-bench" --device vulkan:0 gelu softmax bcast sum
-suite ops vulkan:0 60
-for s in ${LATER_SUITES:-fusion random autodiff nn}; do suite "$s" cuda:0 120; done
-grep -a -h 'Synthesis' "$out"/*.log /dev/null | head -20
+n=0
+for s in "$@"; do
+    n=$((n + 1)) t=120
+    case $s in *@*) t=${s##*@} s=${s%@*} ;; esac
+    IFS=: read -r kind a b <<<"$s"
+    case $kind in
+    compare) step "$n-compare-${a:-default}" "$t" python3 bench/compare_torch.py --bench "$B/bench/burnc-bench" \
+                 --json "$out/$n-compare.json" ${a:+${a//,/ }} ;;
+    suite) (cd tests && step "$n-$a-$(tr -d : <<<"${b:-cuda0}")" "$t" env BURNC_TEST_DEVICE="${b:-cuda:0}" "$B/tests/test_$a" -j8) ;;
+    bench) step "$n-bench-$(tr -d : <<<"$b")" "$t" "$B/bench/burnc-bench" --device "$b" ${a//,/ } ;;
+    *) echo "session: unknown step $s" ;;
+    esac
+done

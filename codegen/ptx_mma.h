@@ -1,0 +1,114 @@
+/* The tensor-core matmul kernels (codegen/ptx_mma.c, in the burnc-llvm module) and what the
+ * CUDA runtime (runtime/cuda/mma.c, no LLVM) needs to launch them: both sides derive the
+ * kernel's shape from one cg_mma_spec, so they agree without passing anything else.
+ *
+ * One kernel computes C[b] = A[b] @ B[b] (A m x k, B k x n, C dense row-major m x n) with
+ * mma.sync: a block owns a bm x bn tile of C, its warps a wm x wn grid of it; K goes in steps of
+ * bk through `stages` shared-memory buffers filled by cp.async (16-byte copies, zero-filled past
+ * the matrix edges), so any m, n, k works as long as rows of A and B start 16-byte aligned.
+ * Fragments come from shared memory through ldmatrix (its .trans form for an operand stored the
+ * other way round) for f16/bf16, through plain 32-bit loads and cvt.rna.tf32 for tf32. The f32
+ * accumulators are rounded once to C's dtype at the store.
+ *
+ * Parameters (each an i64, in this order): a, b, c (device addresses), m, n, k, a_bs, a_ld,
+ * b_bs, b_ld, c_bs; a_ld is A's stride between rows of its stored layout (a_rs when k is
+ * contiguous, a_ks when m is), b_ld likewise (b_ks when n is contiguous, b_cs when k is).
+ * Grid: (ceil(n / bn), ceil(m / bm), batch); block: wm * wn * 32 threads; dynamic shared
+ * memory: cg_mma_smem_bytes. */
+#ifndef BURNC_PTX_MMA_H
+#define BURNC_PTX_MMA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum cg_mma_type { CG_MMA_F16, CG_MMA_BF16, CG_MMA_TF32 };
+
+typedef struct cg_mma_spec {
+    int sm;            /* compute capability x 10 + minor; 80 or more */
+    int type;          /* cg_mma_type: operands and C f16, bf16, or f32 through tf32 */
+    int bm, bn, bk;    /* block tile; bk in elements (32 for 16-bit types, 16 for tf32) */
+    int wm, wn;        /* warps along m and n: warp tile (bm / wm) x (bn / wn) */
+    int stages;        /* shared-memory buffers, 2..5 */
+    bool a_mmajor;     /* A stored with m contiguous (a_rs == 1), else k contiguous */
+    bool b_kmajor;     /* B stored with k contiguous (b_ks == 1), else n contiguous */
+} cg_mma_spec;
+
+enum { CG_MMA_N_PARAMS = 11 };
+#define CG_MMA_ENTRY "burnc_mma"
+
+static inline int cg_mma_elem_bytes(const cg_mma_spec *s) { return s->type == CG_MMA_TF32 ? 4 : 2; }
+
+/* The shared-memory pitch (bytes) of a stored tile row of `cols` elements. Padding keeps the
+ * 8 rows one ldmatrix (or one warp's 32-bit fragment loads) reads in distinct banks: 16 bytes
+ * when the row's direction is k (or for ldmatrix), 32 bytes for tf32 rows along m or n, where
+ * the fragment reads 4 rows of 8 consecutive words. */
+static inline int cg_mma_pitch(const cg_mma_spec *s, int cols, bool k_contiguous)
+{
+    int pad = s->type == CG_MMA_TF32 && !k_contiguous ? 32 : 16;
+    return cols * cg_mma_elem_bytes(s) + pad;
+}
+
+/* Bytes of one stage's A and B tiles. */
+static inline int cg_mma_a_bytes(const cg_mma_spec *s)
+{
+    return s->a_mmajor ? s->bk * cg_mma_pitch(s, s->bm, false) : s->bm * cg_mma_pitch(s, s->bk, true);
+}
+static inline int cg_mma_b_bytes(const cg_mma_spec *s)
+{
+    return s->b_kmajor ? s->bn * cg_mma_pitch(s, s->bk, true) : s->bk * cg_mma_pitch(s, s->bn, false);
+}
+static inline uint32_t cg_mma_smem_bytes(const cg_mma_spec *s)
+{
+    return (uint32_t)(s->stages * (cg_mma_a_bytes(s) + cg_mma_b_bytes(s)));
+}
+
+/* Whether the generator accepts s (else the reason in why): tile sizes that split evenly into
+ * warps, mma shapes and 16-byte copies, at most 8 warps, and registers that fit. */
+static inline bool cg_mma_spec_valid(const cg_mma_spec *s, char *why, size_t cap)
+{
+    const char *bad = NULL;
+    int threads = s->wm * s->wn * 32, esz = cg_mma_elem_bytes(s), kstep = s->type == CG_MMA_TF32 ? 8 : 16;
+    if (s->sm < 80)
+        bad = "mma.sync with ldmatrix and cp.async needs sm_80 or newer";
+    else if (s->type < CG_MMA_F16 || s->type > CG_MMA_TF32)
+        bad = "unknown operand type";
+    else if (s->wm < 1 || s->wn < 1 || s->wm * s->wn > 8)
+        bad = "1 to 8 warps";
+    else if (s->bm % (16 * s->wm) || s->bn % (16 * s->wn) || s->bk % kstep || s->bk < 2 * kstep)
+        bad = "warp tiles must be multiples of 16 x 16 and bk of two mma k-steps";
+    else if ((s->bm / s->wm / 16) * (s->bn / s->wn / 8) > 64)
+        bad = "the warp tile needs more accumulator registers than fit";
+    else if (s->stages < 2 || s->stages > 5)
+        bad = "2 to 5 stages";
+    else if ((s->bm * s->bk * esz / 16) % threads || (s->bn * s->bk * esz / 16) % threads)
+        bad = "a stage's 16-byte copies do not split evenly over the threads";
+    if (bad && why && cap)
+        snprintf(why, cap, "mma spec %dx%dx%d, %dx%d warps, %d stages: %s", s->bm, s->bn, s->bk, s->wm, s->wn,
+                 s->stages, bad);
+    return !bad;
+}
+
+/* The tile variants the runtime chooses from (and tests assemble): bk is given for 16-bit
+ * types and halved for tf32, so that a stage holds the same bytes. */
+typedef struct cg_mma_tile {
+    int bm, bn, bk, wm, wn, stages;
+} cg_mma_tile;
+static const cg_mma_tile CG_MMA_TILES[] = {
+    {128, 128, 32, 2, 4, 4}, /* 0: the default: 8 warps of 64 x 32 */
+    {128, 256, 32, 2, 4, 3}, /* 1: large problems: 8 warps of 64 x 64 */
+    {64, 64, 32, 2, 2, 4},   /* 2: small problems: more blocks than SMs */
+    {256, 128, 32, 4, 2, 3}, /* 3: large, tall: 8 warps of 64 x 64 */
+};
+enum { CG_MMA_N_TILES = sizeof CG_MMA_TILES / sizeof CG_MMA_TILES[0] };
+
+static inline cg_mma_spec cg_mma_variant(int sm, int type, int tile, bool a_mmajor, bool b_kmajor)
+{
+    const cg_mma_tile *t = &CG_MMA_TILES[tile];
+    cg_mma_spec s = {.sm = sm, .type = type, .bm = t->bm, .bn = t->bn, .bk = type == CG_MMA_TF32 ? t->bk / 2 : t->bk,
+                     .wm = t->wm, .wn = t->wn, .stages = t->stages, .a_mmajor = a_mmajor, .b_kmajor = b_kmajor};
+    return s;
+}
+
+#endif

@@ -1,0 +1,317 @@
+/* The tensor-core matmul engine (mma.h): takes f16/bf16 problems (and f32 ones when TF32 is
+ * allowed) whose operands it can copy in 16-byte pieces, picks a tile variant, and launches
+ * the kernel codegen/ptx_mma.c generates for it. Kernels are kept per device in memory, and as
+ * PTX and cubin in the disk kernel cache (the cubin key names the driver that assembled it). */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "burnc_config.h"
+#include "codegen/kcache.h"
+#include "codegen/ptx_mma.h"
+#include "runtime/cuda/mma.h"
+
+#ifdef BURNC_LLVM_VERSION
+#define COMPILER_ID "llvm-" BURNC_LLVM_VERSION
+#else
+#define COMPILER_ID "llvm-19"
+#endif
+
+enum { MAX_KERNELS = 96, DEFAULT_SMEM = 48 * 1024, MAX_GRID_YZ = 65535 };
+
+typedef struct mma_kernel {
+    char key[96]; /* describe()'s text of the spec */
+    CUmodule module;
+    CUfunction fn;
+} mma_kernel;
+
+typedef struct cuda_mma_cache {
+    mtx_t lock; /* the table and the disk cache's opening; compiles run outside it */
+    int n;
+    mma_kernel k[MAX_KERNELS];
+    kc_cache *disk;
+    bool disk_tried;
+    atomic_int forced; /* test hook: -1, or the tile every problem uses */
+    atomic_int builds;
+} cuda_mma_cache;
+
+static cuda_mma_cache *cache_of(rt_device *dev)
+{
+    cuda_device *cd = cuda_dev(dev);
+    mtx_lock(&cd->lock);
+    if (!cd->mma && (cd->mma = calloc(1, sizeof *cd->mma)) != NULL) {
+        mtx_init(&cd->mma->lock, mtx_plain);
+        atomic_init(&cd->mma->forced, -1);
+    }
+    cuda_mma_cache *c = cd->mma;
+    mtx_unlock(&cd->lock);
+    return c;
+}
+
+void cuda_mma_free(rt_device *dev)
+{
+    cuda_device *cd = cuda_dev(dev);
+    cuda_mma_cache *c = cd->mma;
+    if (!c)
+        return;
+    for (int i = 0; i < c->n; i++)
+        if (!atomic_load(&cd->lost)) /* a lost context takes its modules with it */
+            cd->cu->ModuleUnload(c->k[i].module);
+    if (c->disk)
+        kc_close(c->disk);
+    mtx_destroy(&c->lock);
+    free(c);
+    cd->mma = NULL;
+}
+
+bool cuda_test_mma_force_tile(rt_device *dev, int v)
+{
+    cuda_mma_cache *c = cache_of(dev);
+    if (!c || v < -1 || v >= CG_MMA_N_TILES)
+        return false;
+    atomic_store(&c->forced, v);
+    return true;
+}
+
+int cuda_test_mma_builds(rt_device *dev)
+{
+    cuda_mma_cache *c = cache_of(dev);
+    return c ? atomic_load(&c->builds) : 0;
+}
+
+static void describe(const cg_mma_spec *s, char *out, size_t cap)
+{
+    static const char *types[] = {"f16", "bf16", "tf32"};
+    snprintf(out, cap, "mma %s sm_%d %dx%dx%d w%dx%d s%d a%s b%s", types[s->type], s->sm, s->bm, s->bn, s->bk, s->wm,
+             s->wn, s->stages, s->a_mmajor ? "m" : "k", s->b_kmajor ? "k" : "n");
+}
+
+/* ---- Building a kernel ---- */
+
+static kc_cache *disk_of(cuda_mma_cache *c)
+{
+    mtx_lock(&c->lock);
+    if (!c->disk_tried) {
+        c->disk_tried = true;
+        c->disk = kc_open(NULL, NULL, 0);
+    }
+    kc_cache *d = c->disk;
+    mtx_unlock(&c->lock);
+    return d;
+}
+
+static burnc_status_t generate(rt_device *dev, const cg_mma_spec *s, const char *name, char **ptx)
+{
+    const cg_llvm_api *api = cpu_llvm_api();
+    if (!api) {
+        char why[400]; /* the last error is the format's destination: copy it first */
+        snprintf(why, sizeof why, "%s", burnc_error_message());
+        return rt_fail(BURNC_ERR_UNAVAILABLE, "burnc_matmul: %s: %s: no code generator: %s", dev->spec, name, why);
+    }
+    char err[512] = "";
+    size_t size = 0;
+    if (!api->compile_mma_ptx || !api->compile_mma_ptx(s, ptx, &size, err, sizeof err))
+        return rt_fail(BURNC_ERR_COMPILE, "burnc_matmul: %s: generating PTX for %s failed: %s", dev->spec, name,
+                       api->compile_mma_ptx ? err : "the code generator has no tensor-core matmul");
+    return BURNC_OK;
+}
+
+/* The module of s: a cached cubin, else cached or generated PTX through the driver's linker. */
+static burnc_status_t build(rt_device *dev, cuda_mma_cache *c, const cg_mma_spec *s, const char *name,
+                            mma_kernel *out)
+{
+    cuda_device *cd = cuda_dev(dev);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char ptx_target[64], cubin_target[96];
+    snprintf(ptx_target, sizeof ptx_target, "cuda-mma-ptx sm_%d", cd->cc);
+    snprintf(cubin_target, sizeof cubin_target, "cuda-mma-cubin sm_%d driver %d", cd->cc, cd->driver_version);
+    uint64_t h = kc_hash(name, strlen(name), 0x6d6d61);
+    uint64_t ptx_key = kc_key(h, ptx_target, COMPILER_ID), cubin_key = kc_key(h, cubin_target, COMPILER_ID);
+    kc_cache *disk = disk_of(c);
+    const char *how = "cubin from the disk cache";
+    void *image = NULL;
+    size_t size = 0;
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    if (disk && kc_get(disk, cubin_key, &image, &size)) {
+        r = cd->cu->ModuleLoadData(&out->module, image);
+        free(image);
+    }
+    if (r != CUDA_SUCCESS) {
+        char *ptx = NULL;
+        how = "PTX from the disk cache";
+        if (disk && kc_get(disk, ptx_key, &image, &size)) {
+            if (size > 0 && ((char *)image)[size - 1] == '\0')
+                ptx = image;
+            else
+                free(image);
+        }
+        if (!ptx) {
+            how = "PTX from LLVM";
+            RT_TRY(generate(dev, s, name, &ptx));
+            if (disk)
+                kc_put(disk, ptx_key, ptx, strlen(ptx) + 1);
+        }
+        void *cubin = NULL;
+        size_t cubin_size = 0;
+        burnc_status_t st = cuda_module_from_ptx(dev, ptx, &out->module, &cubin, &cubin_size);
+        free(ptx);
+        if (st == BURNC_OK && cubin && disk)
+            kc_put(disk, cubin_key, cubin, cubin_size);
+        free(cubin);
+        RT_TRY(st);
+    }
+    uint32_t smem = cg_mma_smem_bytes(s);
+    burnc_status_t st = cuda_check(dev, cd->cu->ModuleGetFunction(&out->fn, out->module, CG_MMA_ENTRY),
+                                   "burnc_matmul: cuModuleGetFunction");
+    if (st == BURNC_OK && smem > DEFAULT_SMEM)
+        st = cuda_check(dev, cd->cu->FuncSetAttribute(out->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
+                        "burnc_matmul: cuFuncSetAttribute (dynamic shared memory)");
+    if (st != BURNC_OK) {
+        cd->cu->ModuleUnload(out->module);
+        return st;
+    }
+    atomic_fetch_add(&c->builds, 1);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    rt_log("codegen", "%s: %s in %.2f ms", name, how,
+           (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+    return BURNC_OK;
+}
+
+static burnc_status_t kernel_of(rt_device *dev, const cg_mma_spec *s, CUfunction *fn)
+{
+    cuda_mma_cache *c = cache_of(dev);
+    if (!c)
+        return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "burnc_matmul: %s: out of memory for the kernel table", dev->spec);
+    char name[96];
+    describe(s, name, sizeof name);
+    mtx_lock(&c->lock);
+    for (int i = 0; i < c->n; i++)
+        if (strcmp(c->k[i].key, name) == 0) {
+            *fn = c->k[i].fn;
+            mtx_unlock(&c->lock);
+            return BURNC_OK;
+        }
+    mtx_unlock(&c->lock);
+    mma_kernel k = {.module = NULL};
+    snprintf(k.key, sizeof k.key, "%s", name);
+    RT_TRY(build(dev, c, s, name, &k));
+    mtx_lock(&c->lock);
+    int found = -1;
+    for (int i = 0; i < c->n && found < 0; i++)
+        if (strcmp(c->k[i].key, name) == 0)
+            found = i; /* another thread built it first */
+    bool keep = found < 0 && c->n < MAX_KERNELS;
+    if (keep)
+        c->k[found = c->n++] = k;
+    if (found >= 0)
+        *fn = c->k[found].fn;
+    mtx_unlock(&c->lock);
+    if (!keep)
+        cuda_dev(dev)->cu->ModuleUnload(k.module);
+    if (found < 0)
+        return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "burnc_matmul: %s: more than %d tensor-core kernels", dev->spec,
+                       MAX_KERNELS);
+    return BURNC_OK;
+}
+
+/* ---- Taking a problem ---- */
+
+/* How an operand is stored: contiguous along its k (kmaj) or its other axis, with ld the
+ * stride between stored rows. False when neither axis has unit stride, or rows are not 16-byte
+ * aligned (SIMT runs those). An axis of extent 1 counts as contiguous. */
+static bool layout(int64_t rows, int64_t k, int64_t rs, int64_t ks, bool *kmaj, int64_t *ld)
+{
+    if (ks == 1)
+        *kmaj = true, *ld = rows == 1 ? 0 : rs;
+    else if (rs == 1)
+        *kmaj = false, *ld = k == 1 ? 0 : ks;
+    else if (k == 1 || rows == 1) /* one stored row or column: its stride never moves */
+        *kmaj = k == 1, *ld = k == 1 ? rs : ks;
+    else
+        return false;
+    return *ld >= 0;
+}
+
+static int choose_tile(rt_device *dev, const cuda_mm_problem *p)
+{
+    cuda_mma_cache *c = cache_of(dev);
+    int forced = c ? atomic_load(&c->forced) : -1;
+    if (forced >= 0)
+        return forced;
+    const char *env = getenv("BURNC_CUDA_MMA_TILE");
+    if (env && env[0] >= '0' && env[0] < '0' + CG_MMA_N_TILES && !env[1])
+        return env[0] - '0';
+    /* 64 x 64 warp tiles read shared memory least per mma, but only pay with two waves or more
+     * of their 128 x 256 blocks; fewer 128 x 128 tiles than SMs leaves SMs idle: 64 x 64 ones */
+    int sms = cuda_dev(dev)->sms;
+    if (p->batch * ((p->m + 127) / 128) * ((p->n + 255) / 256) >= 2 * sms)
+        return 1;
+    return p->batch * ((p->m + 127) / 128) * ((p->n + 127) / 128) < sms ? 2 : 0;
+}
+
+static burnc_status_t zero_c(rt_device *dev, const cuda_mm_problem *p, int esz)
+{
+    cuda_device *cd = cuda_dev(dev);
+    size_t bytes = (size_t)((p->batch - 1) * p->c_bs + p->m * p->n) * (size_t)esz;
+    mtx_lock(&cd->lock);
+    burnc_status_t s = cuda_batch_submit_locked(dev);
+    if (s == BURNC_OK)
+        s = cuda_check(dev, cd->cu->MemsetD8Async(p->c, 0, bytes, cd->stream), "burnc_matmul: cuMemsetD8Async");
+    mtx_unlock(&cd->lock);
+    return s;
+}
+
+/* Takes the device's lock to launch (and once to create the kernel table): the caller must
+ * not hold it. */
+burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool allow_tf32, bool *taken)
+{
+    *taken = false;
+    cuda_device *cd = cuda_dev(dev);
+    int type = p->dt == BURNC_DTYPE_F16 ? CG_MMA_F16 : p->dt == BURNC_DTYPE_BF16 ? CG_MMA_BF16 : CG_MMA_TF32;
+    if (p->epilogue || cd->cc < 80 || (p->dt != BURNC_DTYPE_F16 && p->dt != BURNC_DTYPE_BF16 &&
+                                       !(p->dt == BURNC_DTYPE_F32 && allow_tf32)))
+        return BURNC_OK;
+    if (p->batch < 0 || p->m < 0 || p->n < 0 || p->k < 0 || p->a_bs < 0 || p->b_bs < 0 || p->c_bs < 0)
+        return BURNC_OK;
+    bool a_kmaj, b_kmaj;
+    int64_t a_ld, b_ld;
+    if (!layout(p->m, p->k, p->a_rs, p->a_ks, &a_kmaj, &a_ld) || !layout(p->n, p->k, p->b_cs, p->b_ks, &b_kmaj, &b_ld))
+        return BURNC_OK;
+    int esz = type == CG_MMA_TF32 ? 4 : 2, per = 16 / esz;
+    if (a_ld % per || b_ld % per || p->a_bs % per || p->b_bs % per || p->a % 16 || p->b % 16 || p->c % esz)
+        return BURNC_OK;
+    int tile = choose_tile(dev, p);
+    cg_mma_spec s = cg_mma_variant(cd->cc, type, tile, !a_kmaj, b_kmaj);
+    if (cg_mma_smem_bytes(&s) > (uint32_t)cd->max_shared_optin)
+        s = cg_mma_variant(cd->cc, type, 2, !a_kmaj, b_kmaj);
+    int64_t gx = (p->n + s.bn - 1) / s.bn, gy = (p->m + s.bm - 1) / s.bm;
+    if (gx > INT32_MAX || gy > MAX_GRID_YZ || p->batch > MAX_GRID_YZ || cg_mma_smem_bytes(&s) > (uint32_t)cd->max_shared_optin)
+        return BURNC_OK;
+    *taken = true;
+    if (p->batch == 0 || p->m == 0 || p->n == 0)
+        return BURNC_OK;
+    RT_TRY(cuda_enter(dev, "burnc_matmul"));
+    if (p->k == 0)
+        return zero_c(dev, p, esz);
+    CUfunction fn = NULL;
+    RT_TRY(kernel_of(dev, &s, &fn));
+    uint64_t w[CG_MMA_N_PARAMS] = {p->a,         p->b,     p->c,        (uint64_t)p->m, (uint64_t)p->n,
+                                   (uint64_t)p->k, (uint64_t)p->a_bs, (uint64_t)a_ld, (uint64_t)p->b_bs,
+                                   (uint64_t)b_ld, (uint64_t)p->c_bs};
+    void *params[CG_MMA_N_PARAMS];
+    for (int i = 0; i < CG_MMA_N_PARAMS; i++)
+        params[i] = &w[i];
+    mtx_lock(&cd->lock);
+    burnc_status_t st = cuda_batch_submit_locked(dev);
+    if (st == BURNC_OK)
+        st = cuda_check(dev,
+                        cd->cu->LaunchKernel(fn, (unsigned)gx, (unsigned)gy, (unsigned)p->batch,
+                                             (unsigned)(s.wm * s.wn * 32), 1, 1, cg_mma_smem_bytes(&s), cd->stream,
+                                             params, NULL),
+                        "burnc_matmul: cuLaunchKernel (tensor cores)");
+    mtx_unlock(&cd->lock);
+    return st;
+}
