@@ -623,53 +623,35 @@ static void emit_elementwise(emitter *e, uint8_t *need, int32_t *list)
                  "  int64_t grp = int64_t(gl_WorkGroupID.x) + int64_t(gl_WorkGroupID.y) * int64_t(gl_NumWorkGroups.x);\n"
                  "  int64_t first = grp * %dl + int64_t(gl_LocalInvocationID.x);\n",
               e->opt.wg_size * e->opt.items);
-    /* all of the invocation's positions in range (every invocation but the last few): an
-     * unrolled loop without exits, so the compiler may issue every load before the stores */
-    for (int checked = 0; checked < 2; checked++) {
-        if (!checked)
-            sb_printf(b, "  if (first + %dl < A.w[0]) {\n"
-                         "  [[unroll]] for (int it = 0; it < %d; it++) {\n"
-                         "    int64_t at = first + int64_t(it * %d);\n",
-                      (e->opt.items - 1) * e->opt.wg_size, e->opt.items, e->opt.wg_size);
-        else
-            sb_printf(b, "  for (int it = 0; it < %d; it++) {\n"
-                         "    int64_t at = first + int64_t(it * %d);\n"
-                         "    if (at >= A.w[0]) return;\n",
-                      e->opt.items, e->opt.wg_size);
-        for (int d = 0; d < k->rank; d++)
-            sb_printf(b, "    int64_t p%d;\n", d);
-        emit_positions(e, "at", 0, k->rank, "    ", 0);
-        emit_stores(e, false, need, list, "    ");
-        sb_printf(b, checked ? "  }\n" : "  }\n  return;\n  }\n");
-    }
+    /* the bound once, not an exit per position: the loop has no early return, so the compiler
+     * may issue every load before the stores (restrict) */
+    sb_printf(b, "  int n_it = int(clamp((A.w[0] - first + %dl) / %dl, 0l, %dl));\n"
+                 "  for (int it = 0; it < n_it; it++) {\n"
+                 "    int64_t at = first + int64_t(it * %d);\n",
+              e->opt.wg_size - 1, e->opt.wg_size, e->opt.items, e->opt.wg_size);
+    for (int d = 0; d < k->rank; d++)
+        sb_printf(b, "    int64_t p%d;\n", d);
+    emit_positions(e, "at", 0, k->rank, "    ", 0);
+    emit_stores(e, false, need, list, "    ");
+    sb_printf(b, "  }\n");
     sb_printf(b, "}\n");
 }
 
 /* The loop of stage s over a lane's positions of one leaf, from `start` below jend in steps of
- * 32: unrolled by 4 (the lane still combines its positions in increasing order, kernel.h) so
- * that four loads are in flight at once, then the rest one at a time. */
+ * 32 (kernel.h: each lane combines its positions in increasing order). One copy of the body:
+ * lavapipe's and the drivers' compile time grows with the shader. */
 static void emit_lane_loop(emitter *e, int s, const char *start, const char *indent, uint8_t *need, int32_t *list)
 {
     const kir_kernel *k = e->k;
     sb *b = &e->body;
     char in2[32];
-    snprintf(in2, sizeof in2, "%s    ", indent);
-    sb_printf(b, "%sint64_t j0 = %s;\n"
-                 "%sfor (; j0 + 96l < jend; j0 += 128l) {\n"
-                 "%s  [[unroll]] for (int u = 0; u < 4; u++) {\n"
-                 "%s    int64_t j = j0 + int64_t(u) * 32l;\n",
-              indent, start, indent, indent, indent);
-    for (int pass = 0; pass < 2; pass++) {
-        emit_positions(e, "j", k->n_outer, k->rank, in2, 1);
-        memset(need, 0, (size_t)k->n_insts);
-        need[k->stages[s].value] = 1;
-        emit_values(e, need, list, in2);
-        sb_printf(b, "%scomb%d(av, ap, v%d, j);\n", in2, s, k->stages[s].value);
-        if (!pass)
-            sb_printf(b, "%s  }\n%s}\n%sfor (int64_t j = j0; j < jend; j += 32l) {\n", indent, indent, indent);
-        else
-            sb_printf(b, "%s}\n", indent);
-    }
+    snprintf(in2, sizeof in2, "%s  ", indent);
+    sb_printf(b, "%sfor (int64_t j = %s; j < jend; j += 32l) {\n", indent, start);
+    emit_positions(e, "j", k->n_outer, k->rank, in2, 1);
+    memset(need, 0, (size_t)k->n_insts);
+    need[k->stages[s].value] = 1;
+    emit_values(e, need, list, in2);
+    sb_printf(b, "%scomb%d(av, ap, v%d, j);\n%s}\n", in2, s, k->stages[s].value, indent);
 }
 
 /* ---- Reductions ---- */
@@ -1189,8 +1171,7 @@ static void emit_head(emitter *e, sb *b)
 {
     const kir_kernel *k = e->k;
     sb_printf(b, "#version 450\n"
-                 "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n"
-                 "#extension GL_EXT_control_flow_attributes : require\n");
+                 "#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require\n");
     if (e->uses_8bit)
         sb_printf(b, "#extension GL_EXT_shader_8bit_storage : require\n"
                      "#extension GL_EXT_shader_explicit_arithmetic_types_int8 : require\n");

@@ -562,7 +562,8 @@ burnc_status_t cuda_gemm_kernel_launched(rt_device *dev, const kir_kernel *k, co
     mtx_lock(&g->lock);
     burnc_status_t s = BURNC_OK;
     cuda_mm_epilogue e;
-    if (g->held && epilogue && !g->no_epilogue && fits(&g->h, k, args, ins, outs, &e)) {
+    bool mma = g->held && !g->no_mma && cuda_mma_dtype_ok(dev, g->h.dt, atomic_load(&cuda_dev(dev)->tf32));
+    if (g->held && epilogue && !g->no_epilogue && !mma && fits(&g->h, k, args, ins, outs, &e)) {
         g->held = false;
         s = run_held(dev, g, &g->h, &e);
         if (s == BURNC_OK) {
@@ -572,8 +573,10 @@ burnc_status_t cuda_gemm_kernel_launched(rt_device *dev, const kir_kernel *k, co
         }
     } else {
         if (g->held && epilogue)
-            rt_log("fusion", "%s, the matmul's epilogue, runs apart: it does not read the product at the positions "
-                             "it writes, writes an operand, or is not element-wise", k->name);
+            rt_log("fusion", "%s, the matmul's epilogue, runs apart: %s", k->name,
+                   mma ? "the matmul runs on tensor cores, which fuse no epilogue"
+                       : "it does not read the product at the positions it writes, writes an operand, or is not "
+                         "element-wise");
         s = release_locked(dev, g);
     }
     mtx_unlock(&g->lock);

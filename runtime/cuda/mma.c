@@ -264,6 +264,12 @@ static burnc_status_t zero_c(rt_device *dev, const cuda_mm_problem *p, int esz)
     return s;
 }
 
+bool cuda_mma_dtype_ok(rt_device *dev, burnc_dtype_t dt, bool allow_tf32)
+{
+    return cuda_dev(dev)->cc >= 80 &&
+           (dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16 || (dt == BURNC_DTYPE_F32 && allow_tf32));
+}
+
 /* Takes the device's lock to launch (and once to create the kernel table): the caller must
  * not hold it. */
 burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool allow_tf32, bool *taken)
@@ -271,8 +277,7 @@ burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool al
     *taken = false;
     cuda_device *cd = cuda_dev(dev);
     int type = p->dt == BURNC_DTYPE_F16 ? CG_MMA_F16 : p->dt == BURNC_DTYPE_BF16 ? CG_MMA_BF16 : CG_MMA_TF32;
-    if (p->epilogue || cd->cc < 80 || (p->dt != BURNC_DTYPE_F16 && p->dt != BURNC_DTYPE_BF16 &&
-                                       !(p->dt == BURNC_DTYPE_F32 && allow_tf32)))
+    if (p->epilogue || !cuda_mma_dtype_ok(dev, p->dt, allow_tf32))
         return BURNC_OK;
     if (p->batch < 0 || p->m < 0 || p->n < 0 || p->k < 0 || p->a_bs < 0 || p->b_bs < 0 || p->c_bs < 0)
         return BURNC_OK;

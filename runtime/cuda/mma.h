@@ -32,6 +32,11 @@ typedef struct cuda_mm_problem {
 /* The tensor-core engine. Sets *taken and launches when it takes p (sm 80+, f16 or bf16, or
  * f32 with allow_tf32); leaves *taken false and returns BURNC_OK when it does not. An error
  * is a launch or compile failure of a problem it took. */
+/* Whether the engine runs matmuls of dtype dt on this device (given the TF32 setting), when
+ * their layout suits it. gemm.c fuses no epilogue into such a matmul: the engine takes none,
+ * and the SIMT kernel would give other bits than the unfused run. */
+bool cuda_mma_dtype_ok(rt_device *dev, burnc_dtype_t dt, bool allow_tf32);
+
 burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool allow_tf32, bool *taken);
 /* Unloads the engine's kernels (cuda_close, before the context goes). */
 void cuda_mma_free(rt_device *dev);

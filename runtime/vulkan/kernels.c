@@ -230,9 +230,38 @@ static burnc_status_t make_pipeline(vk_device *vd, int n_bindings, const uint32_
     return BURNC_OK;
 }
 
+/* The pipeline of rk, made on its first launch: the kernel a flush compiles is only the
+ * structure its launches pick variants of (workgroup sizes by autotune and by row length), so
+ * a variant never launched costs no shader compile. */
+static burnc_status_t pipeline_ready(vk_device *vd, rt_kernel *rk)
+{
+    mtx_lock(&vd->lock);
+    burnc_status_t s = BURNC_OK;
+    if (!rk->pipeline) {
+        const kir_kernel *k = &rk->ir;
+        char *glsl = cg_glsl_emit(k, &rk->opt);
+        uint32_t *words = NULL;
+        size_t n = 0;
+        s = glsl ? BURNC_OK : burnc_error_code();
+        if (s == BURNC_OK) {
+            dump(k, rk->key, glsl);
+            s = spirv_for(vd, k->name, glsl, &words, &n);
+        }
+        if (s == BURNC_OK)
+            s = make_pipeline(vd, rk->n_bindings, words, n, k->name, &rk->pipeline);
+        free(words);
+        free(glsl);
+    }
+    mtx_unlock(&vd->lock);
+    return s;
+}
+
+/* Called with vd->lock held. */
 static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, cg_glsl_options opt, rt_kernel **out)
 {
-    vk_device *vd = vk_dev(dev);
+    char why[256];
+    if (!kir_valid(k, why, sizeof why))
+        return rt_fail(BURNC_ERR_INTERNAL, "vulkan: invalid kernel %s: %s", k->name, why);
     for (int s = 0; s < k->n_inputs; s++)
         if (!dev->be->supports_dtype(dev, k->inputs[s].dtype))
             return rt_fail(BURNC_ERR_UNSUPPORTED_DTYPE, "%s: %s cannot hold %s", k->name, dev->spec,
@@ -247,34 +276,15 @@ static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, c
     rk->key = key;
     rk->opt = cg_glsl_resolve(&opt);
     rk->n_bindings = 1 + k->n_inputs + k->n_outputs + cg_glsl_multipass(k); /* + the scratch records */
-    char *glsl = cg_glsl_emit(k, &rk->opt);
-    uint32_t *words = NULL;
-    size_t n = 0;
-    burnc_status_t s = glsl ? BURNC_OK : burnc_error_code();
-    if (s == BURNC_OK) {
-        dump(k, key, glsl);
-        s = spirv_for(vd, k->name, glsl, &words, &n);
-    }
-    if (s == BURNC_OK)
-        s = make_pipeline(vd, rk->n_bindings, words, n, k->name, &rk->pipeline);
-    free(words);
-    free(glsl);
-    if (s == BURNC_OK) {
-        /* a private copy of the instructions: the launch layout needs the kernel's slots */
-        rk->ir = *k;
-        rk->ir.insts = malloc((size_t)(k->n_insts ? k->n_insts : 1) * sizeof *k->insts);
-        if (!rk->ir.insts) {
-            vd->api.vkDestroyPipeline(vd->dev, rk->pipeline, NULL);
-            s = rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: out of memory", k->name);
-        } else {
-            memcpy(rk->ir.insts, k->insts, (size_t)k->n_insts * sizeof *k->insts);
-            rk->ir.cap_insts = k->n_insts;
-        }
-    }
-    if (s != BURNC_OK) {
+    /* a private copy of the instructions: the shader and the launch layout need them */
+    rk->ir = *k;
+    rk->ir.insts = malloc((size_t)(k->n_insts ? k->n_insts : 1) * sizeof *k->insts);
+    if (!rk->ir.insts) {
         free(rk);
-        return s;
+        return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: out of memory", k->name);
     }
+    memcpy(rk->ir.insts, k->insts, (size_t)k->n_insts * sizeof *k->insts);
+    rk->ir.cap_insts = k->n_insts;
     *out = rk;
     return BURNC_OK;
 }
@@ -472,6 +482,7 @@ static burnc_status_t dispatch(rt_device *dev, rt_kernel *rk, const int64_t *wor
 {
     vk_device *vd = vk_dev(dev);
     const kir_kernel *k = &rk->ir;
+    RT_TRY(pipeline_ready(vd, rk));
     if (grid[1] > 65535)
         return rt_fail(BURNC_ERR_EXECUTION, "vulkan: %s needs %u x %u workgroups, past the 65535 x 65535 grid",
                        k->name, grid[0], grid[1]);
