@@ -12,6 +12,7 @@
 #                     GROUP is its workload list, commas for spaces (default: its default list)
 #   suite:NAME[:DEV]  the test suite NAME against DEV (default cuda:0)
 #   bench:NAMES:DEV   burnc-bench on DEV, NAMES comma-separated
+#   VAR=VALUE+STEP    STEP with VAR=VALUE in its environment (e.g. BURNC_CUDA_MMA_TILE=0+bench:...)
 # A step's time bound is STEP@SECONDS (default 120).
 set -u
 cd "$(dirname "$0")/../.."
@@ -40,12 +41,16 @@ n=0
 for s in "$@"; do
     n=$((n + 1)) t=120
     case $s in *@*) t=${s##*@} s=${s%@*} ;; esac
+    envs=()
+    while [[ $s == *=*+* ]]; do envs+=("${s%%+*}") s=${s#*+}; done
     IFS=: read -r kind a b <<<"$s"
+    tag=$(tr -c 'A-Za-z0-9_.\n-' _ <<<"${envs[*]:-}" | tr -d '\n')
     case $kind in
-    compare) step "$n-compare-${a:-default}" "$t" python3 bench/compare_torch.py --bench "$B/bench/burnc-bench" \
+    compare) step "$n-compare-${a:-default}$tag" "$t" env "${envs[@]}" python3 bench/compare_torch.py --bench "$B/bench/burnc-bench" \
                  --json "$out/$n-compare.json" ${a:+${a//,/ }} ;;
-    suite) (cd tests && step "$n-$a-$(tr -d : <<<"${b:-cuda0}")" "$t" env BURNC_TEST_DEVICE="${b:-cuda:0}" "$B/tests/test_$a" -j8) ;;
-    bench) step "$n-bench-$(tr -d : <<<"$b")" "$t" "$B/bench/burnc-bench" --device "$b" ${a//,/ } ;;
+    suite) (cd tests && step "$n-$a-$(tr -d : <<<"${b:-cuda0}")$tag" "$t" env "${envs[@]}" BURNC_TEST_DEVICE="${b:-cuda:0}" \
+                "$B/tests/test_$a" -j8) ;;
+    bench) step "$n-bench-$(tr -d : <<<"$b")$tag" "$t" env "${envs[@]}" "$B/bench/burnc-bench" --device "$b" ${a//,/ } ;;
     *) echo "session: unknown step $s" ;;
     esac
 done
