@@ -905,7 +905,7 @@ static void emit_rows(emitter *e, uint8_t *need, int32_t *list)
     const kir_kernel *k = e->k;
     sb *b = &e->body;
     int warps = e->opt.wg_size / 32;
-    bool passes = cg_glsl_multipass(k);
+    bool passes = e->opt.passes && cg_glsl_multipass(k);
     for (int s = 0; s < k->n_stages; s++) {
         int t = ty(e, k->stages[s].value);
         sb_printf(b, "shared %s sh_v%d[%d];\nshared int64_t sh_p%d[%d];\n", gtype(t), s, e->opt.wg_size, s,
@@ -925,15 +925,16 @@ static void emit_rows(emitter *e, uint8_t *need, int32_t *list)
         for (int d = 0; d < k->rank; d++)
             sb_printf(b, "  int64_t p%d = 0;\n", d);
         emit_passes(e, need, list);
+        sb_printf(b, "}\n");
+        return;
     }
-    sb_printf(b, 
-                 "  int64_t n_leaves = (A.w[1] + %dl) / %dl;\n"
+    sb_printf(b, "  int64_t n_leaves = (A.w[1] + %dl) / %dl;\n"
                  "  int64_t per = (n_leaves + %dl) / %dl, blk = 1;\n"
                  "  while (blk < per) blk *= 2l;\n"
                  "  for (int64_t row = int64_t(gl_WorkGroupID.x); row < A.w[0]; row += int64_t(gl_NumWorkGroups.x)) {\n",
               KIR_LEAF - 1, KIR_LEAF, warps - 1, warps);
     for (int d = 0; d < k->rank; d++)
-        sb_printf(b, passes ? "    p%d = 0;\n" : "    int64_t p%d = 0;\n", d);
+        sb_printf(b, "    int64_t p%d = 0;\n", d);
     emit_positions(e, "row", 0, k->n_outer, "    ", 0);
     for (int s = 0; s < k->n_stages; s++) {
         int comb = k->stages[s].combiner;

@@ -34,6 +34,8 @@ typedef struct cg_glsl_options {
                                 lanes of a leaf meet through subgroupShuffleDown in the pairwise
                                 tree's order, subgroups of any power-of-two size (the levels
                                 past the subgroup in shared memory) */
+    bool passes;             /* a cg_glsl_multipass kernel's passes (a shader of its own: the
+                                row kernel does not carry their code) */
     bool words8, words16;    /* no 8- / 16-bit storage: u8 and bool / f16 and bf16 buffers are
                                 arrays of 32-bit words (loads shift and mask; stores set their
                                 bits with atomicAnd and atomicOr) */
@@ -52,10 +54,11 @@ void cg_glsl_pack_args(const kir_kernel *k, const kir_args *a, int64_t *words);
 
 /* Multi-pass reductions: a kernel of one stage and row stores only (a whole-tensor sum, a few
  * long rows) can run as passes instead of a workgroup per row, so that a few rows fill the
- * device. Its shader has one more binding (1 + n_inputs + n_outputs: scratch records of the
- * stage's value and position, 16 bytes each are enough) and four more argument words from
- * cg_glsl_pass_word(k): the pass, then per pass
- *   CG_GLSL_PASS_ROWS:   nothing (the workgroup-per-row kernel);
+ * device. Its passes are a shader of their own (cg_glsl_options.passes) with one more binding
+ * (1 + n_inputs + n_outputs: scratch records of the stage's value and position, 16 bytes each
+ * are enough); both shaders take four more argument words from cg_glsl_pass_word(k): the
+ * pass, then per pass
+ *   CG_GLSL_PASS_ROWS:   nothing (the workgroup-per-row shader, without options.passes);
  *   CG_GLSL_PASS_LEAVES: leaves per row L, -, dst: warp w (wg_size / 32 warps a workgroup,
  *                        workgroups numbered x + y * grid x) writes the record of leaf w % L of
  *                        row w / L at record dst + w;

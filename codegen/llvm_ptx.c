@@ -51,6 +51,8 @@ typedef struct gen {
     bool kept[KIR_MAX_STAGES];   /* stages whose values that entry keeps there */
     int alias[KIR_MAX_STAGES];   /* ... over the row of this input (-1: a region of their own) */
     LLVMValueRef sh_dyn;         /* that entry's dynamic shared memory */
+    int fast_slot;               /* that entry's stage 0 during the copy (fast_stage): the input, or -1 */
+    LLVMValueRef sh_part;        /* ... the warps' partial results */
 } gen;
 
 /* ---- Float remainder, exactly -------------------------------------------------------------
@@ -155,6 +157,7 @@ typedef struct ent {
     LLVMValueRef smem_base[KIR_MAX_INPUTS]; /* their rows there */
     LLVMValueRef kept_base[KIR_MAX_STAGES]; /* the kept stages' values there */
     bool kept_ready[KIR_MAX_STAGES];        /* ... once written: later phases read them */
+    LLVMValueRef fast_val;                  /* stage 0 as the copy found it (fast_slot) */
 } ent;
 
 /* One row (or, element-wise, one position): its outer indices and the slots' offsets there. */
@@ -1207,12 +1210,29 @@ static bool copy_load(site *s, group_ctx *c)
     return true;
 }
 
+/* Stage 0's combine as the copy does it (fast_slot): the f32 max or min that propagates NaN,
+ * in any order. */
+static LLVMValueRef fast_fold(gen *g, LLVMValueRef a, LLVMValueRef b)
+{
+    LLVMTypeRef t = g->e.t_f32;
+    LLVMValueRef args[2] = {a, b};
+    bool max = g->e.k->stages[0].combiner == KIR_COMBINE_MAX;
+    return cg_call_intrinsic(&g->e, max ? "llvm.maximum" : "llvm.minimum", &t, 1, args, 2);
+}
+
+static void fast_acc(gen *g, group_ctx *c, LLVMValueRef x)
+{
+    LLVMBuildStore(g->e.b, fast_fold(g, LLVMBuildLoad2(g->e.b, g->e.t_f32, c->acc, ""), x), c->acc);
+}
+
 static bool copy_store(site *s, group_ctx *c)
 {
     gen *g = s->e->g;
     burnc_dtype_t dt = g->e.k->inputs[c->slot].dtype;
     LLVMValueRef p = LLVMBuildGEP2(g->e.b, cg_mem_ty(&g->e, dt), s->e->smem_base[c->slot], &s->j, 1, "");
     LLVMSetAlignment(LLVMBuildStore(g->e.b, s->raw, p), cg_mem_align(dt));
+    if (c->acc)
+        fast_acc(g, c, s->raw);
     return true;
 }
 
@@ -1246,6 +1266,9 @@ static bool vcopy_store(site *s, group_ctx *c)
     LLVMValueRef off = LLVMBuildShl(g->e.b, s->j, ki64(g, 4), "");
     LLVMValueRef p = LLVMBuildGEP2(g->e.b, g->e.t_i8, s->e->smem_base[c->slot], &off, 1, "");
     LLVMSetAlignment(LLVMBuildStore(g->e.b, s->raw, p), 16);
+    LLVMValueRef f = c->acc ? LLVMBuildBitCast(g->e.b, s->raw, vty(g->e.t_f32, 4), "") : NULL;
+    for (int u = 0; c->acc && u < 4; u++)
+        fast_acc(g, c, LLVMBuildExtractElement(g->e.b, f, ki32(g, u), ""));
     return true;
 }
 
@@ -1263,6 +1286,9 @@ static bool copy_row(ent *e, rowc *r)
     bool ok = true;
     LLVMValueRef vec = LLVMBuildICmp(
         b, LLVMIntNE, LLVMBuildAnd(b, launch_word(e, CG_PTX_L_FLAGS), ki64(g, CG_PTX_FLAG_ROW_VEC), ""), ki64(g, 0), "");
+    LLVMValueRef fast = g->fast_slot >= 0 ? entry_alloca(e, g->e.t_f32) : NULL;
+    if (fast)
+        LLVMBuildStore(b, cg_identity(&g->e, k->stages[0].combiner, KIR_F32, 1), fast);
     for (int s = 0; s < k->n_inputs && ok; s++) {
         if (!g->cached[s])
             continue;
@@ -1270,7 +1296,7 @@ static bool copy_row(ent *e, rowc *r)
         e->smem_base[s] = LLVMBuildGEP2(b, g->e.t_i8, g->sh_dyn, &at, 1, "");
         LLVMValueRef bytes = LLVMBuildMul(b, e->row_len, ki64(g, cg_mem_align(dt)), "");
         at = LLVMBuildAdd(b, at, LLVMBuildAnd(b, LLVMBuildAdd(b, bytes, ki64(g, 15), ""), ki64(g, ~(int64_t)15), ""), "");
-        group_ctx c = {.group = GROUP, .slot = s};
+        group_ctx c = {.group = GROUP, .slot = s, .acc = s == g->fast_slot ? fast : NULL};
         LLVMBasicBlockRef vb = block(e, "copy_vec"), sb = block(e, "copy_elem"), joined = block(e, "copied");
         LLVMBuildCondBr(b, vec, vb, sb);
         LLVMPositionBuilderAtEnd(b, vb);
@@ -1294,7 +1320,25 @@ static bool copy_row(ent *e, rowc *r)
         LLVMValueRef bytes = LLVMBuildMul(b, e->row_len, ki64(g, size), "");
         at = LLVMBuildAdd(b, at, LLVMBuildAnd(b, LLVMBuildAdd(b, bytes, ki64(g, 15), ""), ki64(g, ~(int64_t)15), ""), "");
     }
+    LLVMValueRef warp = LLVMBuildLShr(b, e->tid, ki64(g, 5), "");
+    if (fast) { /* the threads' partial results over the warp, lane 0 leaves the warp's */
+        LLVMValueRef v = LLVMBuildLoad2(b, g->e.t_f32, fast, "");
+        for (int m = 1; m < W; m *= 2)
+            v = fast_fold(g, v, shfl_xor(g, v, m));
+        LLVMBasicBlockRef cont = if_begin(e, LLVMBuildICmp(b, LLVMIntEQ, e->lane, ki64(g, 0), ""), "part");
+        LLVMBuildStore(b, v, LLVMBuildGEP2(b, g->e.t_f32, g->sh_part, &warp, 1, ""));
+        if_end(e, cont);
+    }
     barrier(g);
+    if (fast) { /* every thread folds the warps' results alike, so the block agrees on the bits */
+        LLVMBuildStore(b, cg_identity(&g->e, k->stages[0].combiner, KIR_F32, 1), fast);
+        loop l;
+        loop_begin(e, &l, ki64(g, 0), ki64(g, 1), LLVMBuildLShr(b, sreg(g, "ntid.x"), ki64(g, 5), ""));
+        LLVMValueRef part = LLVMBuildLoad2(b, g->e.t_f32, LLVMBuildGEP2(b, g->e.t_f32, g->sh_part, &l.i, 1, ""), "");
+        LLVMBuildStore(b, fast_fold(g, LLVMBuildLoad2(b, g->e.t_f32, fast, ""), part), fast);
+        loop_end(e, &l);
+        e->fast_val = LLVMBuildLoad2(b, g->e.t_f32, fast, "");
+    }
     e->smem = true;
     return ok;
 }
@@ -1309,26 +1353,126 @@ static bool keep_body(site *s, group_ctx *c)
     return true;
 }
 
+/* Positions 4j .. 4j + 3 of the row (s->j is j): their loads, then their values. Shared-memory
+ * regions start on 16 bytes, so the four loads of a cached input and the four stores of a
+ * 32-bit kept value become one 16-byte access each, with one address. */
+static bool keep_quad(site *s, group_ctx *c)
+{
+    ent *e = s->e;
+    gen *g = e->g;
+    LLVMValueRef j0 = LLVMBuildShl(g->e.b, s->j, ki64(g, 2), "");
+    site q[4];
+    bool ok = true;
+    for (int u = 0; u < 4; u++)
+        ok = site_begin(e, s->r, LLVMBuildAdd(g->e.b, j0, ki64(g, u), ""), &q[u]) && ok;
+    for (int u = 0; ok && u < 4; u++)
+        pre_loads(&q[u], c);
+    for (int u = 0; ok && u < 4; u++)
+        keep_body(&q[u], c);
+    for (int u = 0; u < 4; u++)
+        free(q[u].val);
+    return ok;
+}
+
 /* A kept stage's values, before its combine: every thread of the block evaluates them at its
  * positions into shared memory (softmax's exp over the whole block, not over the row's few
- * leaf warps); the combine and later phases then read them. */
+ * leaf warps); the combine and later phases then read them. Rows of one reduced axis go 4
+ * positions at a time (keep_quad), the last row_len % 4 one by one. */
 static bool keep_stage(ent *e, rowc *r, int st)
 {
     gen *g = e->g;
     const kir_kernel *k = g->e.k;
+    LLVMBuilderRef b = g->e.b;
     bool *need = reach(k, &k->stages[st].value, 1, e);
     group_ctx c = {.group = group_size(k, false), .need = need, .st = st};
-    bool ok = need && positions(e, r, e->tid, sreg(g, "ntid.x"), e->row_len, pre_loads, keep_body, &c);
+    LLVMValueRef first = e->tid, ntid = sreg(g, "ntid.x");
+    bool ok = need != NULL;
+    if (ok && k->rank - k->n_outer == 1 && cg_ptx_kept_size(stage_type(k, st)) == 4) {
+        group_ctx q = c;
+        q.group = 2;
+        ok = positions(e, r, e->tid, ntid, LLVMBuildLShr(b, e->row_len, ki64(g, 2), ""), no_pre, keep_quad, &q);
+        first = LLVMBuildAdd(b, LLVMBuildAnd(b, e->row_len, ki64(g, ~(int64_t)3), ""), e->tid, "");
+    }
+    ok = ok && positions(e, r, first, ntid, e->row_len, pre_loads, keep_body, &c);
     free(need);
     barrier(g);
     e->kept_ready[st] = true;
     return ok;
 }
 
-/* Longer rows: block c takes row c; per stage, rounds of 32 leaves (warps take whole leaves,
- * lane 0 writes the leaf record to shared memory), warp 0 reduces the round with the lane
- * tree, thread 0 stacks the round's result; the stage result goes through shared memory.
- * With smem (the shared-memory row entry), the cached inputs are copied on chip first. */
+/* Stage st of row r over the whole block: rounds of 32 leaves (warps take whole leaves, lane 0
+ * writes the leaf record to shared memory), warp 0 reduces the round with the lane tree,
+ * thread 0 stacks the round's result; the stage result goes through shared memory to every
+ * thread. */
+static bool stage_by_leaves(ent *e, rowc *r, int st, LLVMValueRef *v, LLVMValueRef *p)
+{
+    gen *g = e->g;
+    LLVMBuilderRef b = g->e.b;
+    int t = stage_type(g->e.k, st), comb = g->e.k->stages[st].combiner;
+    LLVMValueRef warp = LLVMBuildLShr(b, e->tid, ki64(g, 5), ""),
+                 n_warps = LLVMBuildLShr(b, sreg(g, "ntid.x"), ki64(g, 5), "");
+    LLVMValueRef n_leaves =
+        LLVMBuildLShr(b, LLVMBuildAdd(b, e->row_len, ki64(g, KIR_LEAF - 1), ""), ki64(g, LEAF_SHIFT), "");
+    LLVMValueRef n_chunks = LLVMBuildLShr(b, LLVMBuildAdd(b, n_leaves, ki64(g, W - 1), ""), ki64(g, 5), "");
+    LLVMValueRef lane0 = LLVMBuildICmp(b, LLVMIntEQ, e->lane, ki64(g, 0), "");
+    LLVMValueRef thread0 = LLVMBuildICmp(b, LLVMIntEQ, e->tid, ki64(g, 0), "");
+    loop c;
+    loop_begin(e, &c, ki64(g, 0), ki64(g, 1), n_chunks);
+    loop li;
+    loop_begin(e, &li, warp, n_warps, ki64(g, W));
+    LLVMValueRef leaf = LLVMBuildAdd(b, LLVMBuildShl(b, c.i, ki64(g, 5), ""), li.i, "");
+    bool ok = leaf_or_identity(e, r, st, leaf, n_leaves, v, p);
+    LLVMBasicBlockRef cont = if_begin(e, lane0, "leaf_rec");
+    rec_store(g, g->sh_leaf, li.i, *v, *p);
+    if_end(e, cont);
+    loop_end(e, &li);
+    barrier(g);
+    cont = if_begin(e, LLVMBuildICmp(b, LLVMIntEQ, warp, ki64(g, 0), ""), "round");
+    rec_load(g, g->sh_leaf, e->lane, t, v, p);
+    warp_tree(e, comb, t, v, p);
+    LLVMBasicBlockRef cont2 = if_begin(e, lane0, "push");
+    stack_push(e, st, c.i, *v, *p);
+    if_end(e, cont2);
+    if_end(e, cont);
+    barrier(g);
+    loop_end(e, &c);
+    cont = if_begin(e, thread0, "fold");
+    stack_fold(e, st, n_chunks, v, p);
+    rec_store(g, g->sh_res, ki64(g, 0), *v, *p);
+    if_end(e, cont);
+    barrier(g);
+    rec_load(g, g->sh_res, ki64(g, 0), t, v, p);
+    barrier(g); /* everyone has read sh_res before a later stage rewrites it */
+    return ok;
+}
+
+/* Stage 0 when the copy took it (fast_slot): the max (min) of an f32 row is one of its
+ * elements, and kernel.h's order only decides which of the elements equal to it wins. Those
+ * have the same bits unless they are zeros (+0 and -0 compare equal) or NaNs (each its own
+ * payload): the result the copy found, in any order, is the exact one unless it is a zero or
+ * a NaN; then (a branch the whole block takes alike) the stage runs again in kernel.h's order.
+ * Saves the row's two leaf warps a 128-step chain of compare-selects and the block four
+ * barriers. */
+static bool fast_stage(ent *e, rowc *r, LLVMValueRef *v, LLVMValueRef *p)
+{
+    gen *g = e->g;
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef res = entry_alloca(e, g->e.t_f32), fv = e->fast_val;
+    LLVMBuildStore(b, fv, res);
+    LLVMValueRef special = LLVMBuildOr(b, LLVMBuildFCmp(b, LLVMRealUNO, fv, fv, ""),
+                                       LLVMBuildFCmp(b, LLVMRealOEQ, fv, LLVMConstReal(g->e.t_f32, 0.0), ""), "");
+    LLVMBasicBlockRef cont = if_begin(e, special, "exact_stage");
+    LLVMValueRef ev_, ep;
+    bool ok = stage_by_leaves(e, r, 0, &ev_, &ep);
+    LLVMBuildStore(b, ev_, res);
+    if_end(e, cont);
+    *v = LLVMBuildLoad2(b, g->e.t_f32, res, "");
+    *p = ki64(g, INT64_MAX);
+    return ok;
+}
+
+/* Longer rows: block c takes row c, stage by stage (stage_by_leaves). With smem (the
+ * shared-memory row entry), the cached inputs are copied on chip first. */
 static bool emit_rows_block(gen *g, bool smem)
 {
     ent e;
@@ -1338,49 +1482,19 @@ static bool emit_rows_block(gen *g, bool smem)
     LLVMBasicBlockRef work = block(&e, "work"), done = block(&e, "done");
     LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, row, launch_word(&e, CG_PTX_L_COUNT), ""), work, done);
     LLVMPositionBuilderAtEnd(b, work);
-    LLVMValueRef warp = LLVMBuildLShr(b, e.tid, ki64(g, 5), ""),
-                 n_warps = LLVMBuildLShr(b, sreg(g, "ntid.x"), ki64(g, 5), "");
-    LLVMValueRef n_leaves =
-        LLVMBuildLShr(b, LLVMBuildAdd(b, e.row_len, ki64(g, KIR_LEAF - 1), ""), ki64(g, LEAF_SHIFT), "");
-    LLVMValueRef n_chunks = LLVMBuildLShr(b, LLVMBuildAdd(b, n_leaves, ki64(g, W - 1), ""), ki64(g, 5), "");
-    LLVMValueRef lane0 = LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), "");
     LLVMValueRef thread0 = LLVMBuildICmp(b, LLVMIntEQ, e.tid, ki64(g, 0), "");
     rowc r;
     row_begin(&e, &r, row);
     bool ok = !smem || copy_row(&e, &r);
     for (int st = 0; st < g->e.k->n_stages && ok; st++) {
-        int t = stage_type(g->e.k, st), comb = g->e.k->stages[st].combiner;
         if (smem && g->kept[st])
             ok = keep_stage(&e, &r, st);
-        loop c;
-        loop_begin(&e, &c, ki64(g, 0), ki64(g, 1), n_chunks);
-        loop li;
-        loop_begin(&e, &li, warp, n_warps, ki64(g, W));
-        LLVMValueRef leaf = LLVMBuildAdd(b, LLVMBuildShl(b, c.i, ki64(g, 5), ""), li.i, "");
         LLVMValueRef v, p;
-        ok = leaf_or_identity(&e, &r, st, leaf, n_leaves, &v, &p) && ok;
-        LLVMBasicBlockRef cont = if_begin(&e, lane0, "leaf_rec");
-        rec_store(g, g->sh_leaf, li.i, v, p);
-        if_end(&e, cont);
-        loop_end(&e, &li);
-        barrier(g);
-        cont = if_begin(&e, LLVMBuildICmp(b, LLVMIntEQ, warp, ki64(g, 0), ""), "round");
-        rec_load(g, g->sh_leaf, e.lane, t, &v, &p);
-        warp_tree(&e, comb, t, &v, &p);
-        LLVMBasicBlockRef cont2 = if_begin(&e, lane0, "push");
-        stack_push(&e, st, c.i, v, p);
-        if_end(&e, cont2);
-        if_end(&e, cont);
-        barrier(g);
-        loop_end(&e, &c);
-        cont = if_begin(&e, thread0, "fold");
-        stack_fold(&e, st, n_chunks, &v, &p);
-        rec_store(g, g->sh_res, ki64(g, 0), v, p);
-        if_end(&e, cont);
-        barrier(g);
-        rec_load(g, g->sh_res, ki64(g, 0), t, &v, &p);
+        if (smem && st == 0 && g->fast_slot >= 0)
+            ok = fast_stage(&e, &r, &v, &p) && ok;
+        else
+            ok = stage_by_leaves(&e, &r, st, &v, &p) && ok;
         r.reduced[st] = stage_value(g, st, v, p);
-        barrier(g); /* everyone has read sh_res before a later stage rewrites it */
     }
     if (ok && has_elem_stores(g->e.k))
         ok = smem ? elem_stores_smem(&e, &r) : elem_stores(&e, &r, e.tid, sreg(g, "ntid.x"));
@@ -1516,6 +1630,20 @@ static bool narrow(const kir_kernel *k)
     return true;
 }
 
+/* The input whose copy into shared memory also takes stage 0 (fast_stage), or -1: stage 0
+ * is the max or min of a cached f32 input. */
+static int fast_slot(const kir_kernel *k, const bool *cached)
+{
+    if (k->n_stages < 1)
+        return -1;
+    const kir_stage *st = &k->stages[0];
+    const kir_inst *in = &k->insts[st->value];
+    if ((st->combiner != KIR_COMBINE_MAX && st->combiner != KIR_COMBINE_MIN) || in->op != KIR_LOAD ||
+        !cached[in->a] || k->inputs[in->a].dtype != BURNC_DTYPE_F32)
+        return -1;
+    return in->a;
+}
+
 static bool build_module(gen *g)
 {
     if (cg_ptx_is_elementwise(g->e.k))
@@ -1527,6 +1655,8 @@ static bool build_module(gen *g)
         return false;
     if (cg_ptx_row_cached(g->e.k, g->cached) + cg_ptx_row_kept(g->e.k, g->kept) > 0) {
         cg_ptx_row_alias(g->e.k, g->cached, g->kept, g->alias);
+        g->fast_slot = fast_slot(g->e.k, g->cached);
+        g->sh_part = shared_array(g, "burnc_sh_part", W / 2); /* a float per warp */
         LLVMTypeRef t = LLVMArrayType2(g->e.t_i8, 0);
         g->sh_dyn = LLVMAddGlobalInAddressSpace(g->e.mod, t, "burnc_sh_dyn", 3);
         LLVMSetLinkage(g->sh_dyn, LLVMExternalLinkage);
@@ -1630,7 +1760,7 @@ bool cg_llvm_compile_ptx(const kir_kernel *k, const cg_ptx_options *opt, char **
         return cg_failf(err, cap, "compile_ptx: no output");
     if (!cg_check_kernel(k, "compile_ptx", err, cap))
         return false;
-    gen g = {.e = {.k = k}};
+    gen g = {.e = {.k = k}, .fast_slot = -1};
     if (!ptx_options(k, opt, &g, err, cap))
         return false;
     LLVMTargetMachineRef tm = ptx_tm(opt->sm, err, cap);

@@ -379,8 +379,9 @@ static inline int cg_ptx_default_items(const kir_kernel *k)
 enum { CG_PTX_MULTIPASS_ROWS = 264, CG_PTX_MULTIPASS_LEAVES = 8 };
 /* The shared-memory row entry's limit: 64 KB keeps 3 blocks of 256 threads per H200 SM (228 KB);
  * each region is rounded up to 16 bytes. Launches asking for more than CG_PTX_SMEM_DEFAULT (the
- * 48 KB every function may use without raising its limit, less room for the entry's 1.5 KB of
- * static shared memory) ask for CG_PTX_SMEM_ROW_BYTES. */
+ * 48 KB every function may use without raising its limit, less room for the entry's 1.7 KB of
+ * static shared memory: leaf records, the chunk stack, the stage result, the warps' partial
+ * maxima) ask for CG_PTX_SMEM_ROW_BYTES. */
 enum { CG_PTX_SMEM_ROW_BYTES = 64 * 1024, CG_PTX_SMEM_DEFAULT = 46 * 1024 };
 
 typedef struct cg_ptx_launch {

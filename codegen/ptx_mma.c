@@ -3,8 +3,9 @@
  * default<O3> and PTX, in the burnc-llvm module beside llvm_ptx.c.
  *
  * Everything that depends on the spec (tile loops, fragment offsets, stage layout) is unrolled
- * here in C, so the IR holds one run-time loop over K tiles; the accumulators live in allocas
- * indexed by constants, which SROA turns into registers. */
+ * here in C, so the IR holds two run-time loops over K tiles (the K tiles whose copies lie
+ * wholly inside K, then the rest); the accumulators (and the fragments carried from one K tile
+ * to the next) live in allocas indexed by constants, which SROA turns into registers. */
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/Target.h>
@@ -27,6 +28,17 @@ typedef struct mg {
     LLVMTypeRef t_gptr, t_sptr, t_h2;
     LLVMValueRef tid, lane, wm_off, wn_off, batch, row0, col0; /* i64 */
     LLVMValueRef acc[MAX_ACC];                                  /* allocas of f32 */
+    LLVMValueRef frag[16 * 4 + 32 * 2];                         /* allocas of i32: the next k-step's */
+    struct fast_copy {
+        bool on;          /* the thread's chunks share one column (threads % chunks per row == 0) */
+        bool k_rows;      /* the stored rows run along k (the operand is m- or n-contiguous) */
+        LLVMValueRef src; /* i64: the thread's first chunk of K tile 0 */
+        LLVMValueRef kstep, rstep; /* i64 bytes: to the next K tile; to the thread's next chunk */
+        LLVMValueRef dst;          /* i64: shared offset of the first chunk within a stage */
+        LLVMValueRef valid;        /* k-contiguous: how many of the thread's chunks lie inside M or N */
+        LLVMValueRef bytes;        /* m/n-contiguous: the bytes of each chunk (m/n edge) */
+        int rows_per, n, pitch;    /* rows between a thread's chunks; chunks per thread; pitch */
+    } fc[2];
     int esz, kstep, mi, ni, threads;
 } mg;
 
@@ -84,16 +96,12 @@ static void load_tile(mg *g, LLVMValueRef base, LLVMValueRef ld, LLVMValueRef r0
     }
 }
 
-static LLVMValueRef stage_off(mg *g, LLVMValueRef stage)
-{
-    return mul(g, stage, k64(g, cg_mma_a_bytes(g->s) + cg_mma_b_bytes(g->s)));
-}
-
-/* Issues the copies of K tile kt into buffer `stage` (both i64); tiles past K copy zeros. */
-static void load_stage(mg *g, LLVMValueRef kt, LLVMValueRef stage)
+/* Issues the copies of K tile kt into the stage at shared byte offset so (both i64); tiles
+ * past K copy zeros. */
+static void load_stage(mg *g, LLVMValueRef kt, LLVMValueRef so)
 {
     const cg_mma_spec *s = g->s;
-    LLVMValueRef k0 = mul(g, kt, k64(g, s->bk)), so = stage_off(g, stage);
+    LLVMValueRef k0 = mul(g, kt, k64(g, s->bk));
     LLVMValueRef abase = add(g, g->p[P_A], mul(g, g->batch, mul(g, g->p[P_ABS], k64(g, g->esz))));
     LLVMValueRef bbase = add(g, g->p[P_B], mul(g, g->batch, mul(g, g->p[P_BBS], k64(g, g->esz))));
     if (s->a_mmajor)
@@ -110,6 +118,113 @@ static void load_stage(mg *g, LLVMValueRef kt, LLVMValueRef stage)
         load_tile(g, bbase, g->p[P_BLD], k0, g->p[P_K], g->col0, g->p[P_N], s->bk, s->bn, cg_mma_pitch(s, s->bn, false),
                   bo);
     call0(g, "llvm.nvvm.cp.async.commit.group", NULL, 0);
+}
+
+/* ---- Global -> shared for K tiles wholly inside K ---------------------------------------------
+ * load_tile recomputes every chunk's address and edge from scratch, which cost more integer
+ * instructions per K tile than the mma themselves. Inside K only the m/n edge can cut a chunk,
+ * and it does not move with K, so each thread keeps one source address that steps by a
+ * constant per K tile, and its chunks lie a constant number of rows apart (all in the same
+ * column when the threads cover whole rows: `on`). */
+static void fast_setup(mg *g, struct fast_copy *f, LLVMValueRef base, LLVMValueRef ld, LLVMValueRef mn0,
+                       LLVMValueRef mn_ext, bool k_rows, int rows, int cols, int pitch, int part_off)
+{
+    LLVMBuilderRef b = g->e.b;
+    int per = 16 / g->esz, cpr = cols / per;
+    f->on = g->threads % cpr == 0 && (rows * cpr) % g->threads == 0;
+    if (!f->on)
+        return;
+    f->k_rows = k_rows, f->rows_per = g->threads / cpr, f->n = rows * cpr / g->threads, f->pitch = pitch;
+    LLVMValueRef r0 = LLVMBuildUDiv(b, g->tid, k64(g, cpr), ""), c = LLVMBuildURem(b, g->tid, k64(g, cpr), "");
+    LLVMValueRef cel = mul(g, c, k64(g, per)), esz = k64(g, g->esz), zero = k64(g, 0);
+    f->rstep = mul(g, mul(g, ld, k64(g, f->rows_per)), esz);
+    f->dst = add(g, k64(g, part_off), add(g, mul(g, r0, k64(g, pitch)), mul(g, c, k64(g, 16))));
+    /* a chunk past the m/n edge copies nothing but still names an address: the edge's own
+     * row or column 0, always inside the matrix, so no per-chunk choice of address is needed */
+    if (k_rows) { /* rows along k, columns along m/n */
+        LLVMValueRef col = add(g, mn0, cel), left = LLVMBuildSub(b, mn_ext, col, "");
+        left = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, left, zero, ""), zero, left, "");
+        left = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSGT, left, k64(g, per), ""), k64(g, per), left, "");
+        f->bytes = mul(g, left, esz);
+        col = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSGT, left, zero, ""), col, zero, "");
+        f->src = add(g, base, mul(g, add(g, mul(g, r0, ld), col), esz));
+        f->kstep = mul(g, mul(g, ld, k64(g, g->s->bk)), esz);
+    } else { /* rows along m/n, columns along k: chunk i is inside while i < valid */
+        LLVMValueRef row = add(g, mn0, r0), left = LLVMBuildSub(b, mn_ext, row, "");
+        LLVMValueRef in = LLVMBuildICmp(b, LLVMIntSGT, left, zero, "");
+        LLVMValueRef v = LLVMBuildUDiv(b, add(g, left, k64(g, f->rows_per - 1)), k64(g, f->rows_per), "");
+        v = LLVMBuildSelect(b, in, v, zero, "");
+        f->valid = LLVMBuildTrunc(b, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntUGT, v, k64(g, f->n), ""),
+                                                     k64(g, f->n), v, ""),
+                                  g->e.t_i32, "");
+        row = LLVMBuildSelect(b, in, row, zero, "");
+        f->src = add(g, base, mul(g, add(g, mul(g, row, ld), cel), esz));
+        f->kstep = k64(g, (int64_t)g->s->bk * g->esz);
+    }
+}
+
+/* The copies of K tile kt into the stage at so. At the k edge (edge: kt may reach past K) a
+ * chunk is cut there too, and one that copies nothing reads from the batch's first element. */
+static void fast_load(mg *g, const struct fast_copy *f, LLVMValueRef kt, LLVMValueRef so, LLVMValueRef safe,
+                      bool edge)
+{
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef p = add(g, f->src, mul(g, kt, f->kstep)), dst = add(g, so, f->dst), src = p;
+    LLVMValueRef k0 = mul(g, kt, k64(g, g->s->bk)), zero = k64(g, 0), kbytes = NULL;
+    int per = 16 / g->esz, cpr = f->k_rows ? 0 : g->threads / f->rows_per;
+    if (edge && !f->k_rows) { /* this thread's k column, and what of its chunk lies inside K */
+        LLVMValueRef col = add(g, k0, mul(g, LLVMBuildURem(b, g->tid, k64(g, cpr), ""), k64(g, per)));
+        LLVMValueRef left = LLVMBuildSub(b, g->p[P_K], col, "");
+        left = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, left, zero, ""), zero, left, "");
+        left = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSGT, left, k64(g, per), ""), k64(g, per), left, "");
+        kbytes = LLVMBuildTrunc(b, mul(g, left, k64(g, g->esz)), g->e.t_i32, "");
+    }
+    for (int it = 0; it < f->n; it++) {
+        LLVMValueRef bytes;
+        /* stepped, not p + it * rstep: the hoisted products would each hold two registers */
+        if (it > 0)
+            src = add(g, src, f->rstep);
+        if (f->k_rows) {
+            bytes = LLVMBuildTrunc(b, f->bytes, g->e.t_i32, "");
+            if (edge) {
+                LLVMValueRef r0 = LLVMBuildUDiv(b, g->tid, k64(g, g->threads / f->rows_per), "");
+                LLVMValueRef row = add(g, k0, add(g, r0, k64(g, (int64_t)it * f->rows_per)));
+                bytes = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, row, g->p[P_K], ""), bytes, k32(g, 0), "");
+            }
+        } else {
+            LLVMValueRef in = LLVMBuildICmp(b, LLVMIntSLT, k32(g, it), f->valid, "");
+            bytes = LLVMBuildSelect(b, in, edge ? kbytes : k32(g, 16), k32(g, 0), "");
+        }
+        LLVMValueRef from = src;
+        if (edge)
+            from = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSGT, bytes, k32(g, 0), ""), src, safe, "");
+        else if (!f->k_rows && it > 0)
+            from = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, k32(g, it), f->valid, ""), src, p, "");
+        LLVMValueRef args[3] = {sptr(g, add(g, dst, k64(g, (int64_t)it * f->rows_per * f->pitch))),
+                                LLVMBuildIntToPtr(b, from, g->t_gptr, ""), bytes};
+        call0(g, "llvm.nvvm.cp.async.cg.shared.global.16.s", args, 3);
+    }
+}
+
+static bool fast_ok(mg *g) { return g->fc[0].on && g->fc[1].on; }
+
+static void fast_init(mg *g)
+{
+    const cg_mma_spec *s = g->s;
+    LLVMValueRef abase = add(g, g->p[P_A], mul(g, g->batch, mul(g, g->p[P_ABS], k64(g, g->esz))));
+    LLVMValueRef bbase = add(g, g->p[P_B], mul(g, g->batch, mul(g, g->p[P_BBS], k64(g, g->esz))));
+    if (s->a_mmajor)
+        fast_setup(g, &g->fc[0], abase, g->p[P_ALD], g->row0, g->p[P_M], true, s->bk, s->bm,
+                   cg_mma_pitch(s, s->bm, false), 0);
+    else
+        fast_setup(g, &g->fc[0], abase, g->p[P_ALD], g->row0, g->p[P_M], false, s->bm, s->bk,
+                   cg_mma_pitch(s, s->bk, true), 0);
+    if (s->b_kmajor)
+        fast_setup(g, &g->fc[1], bbase, g->p[P_BLD], g->col0, g->p[P_N], false, s->bn, s->bk,
+                   cg_mma_pitch(s, s->bk, true), cg_mma_a_bytes(s));
+    else
+        fast_setup(g, &g->fc[1], bbase, g->p[P_BLD], g->col0, g->p[P_N], true, s->bk, s->bn,
+                   cg_mma_pitch(s, s->bn, false), cg_mma_a_bytes(s));
 }
 
 /* ---- Fragments ----------------------------------------------------------------------------- */
@@ -133,6 +248,13 @@ static LLVMValueRef ld_tf32(mg *g, LLVMValueRef off)
 {
     LLVMValueRef v = LLVMBuildLoad2(g->e.b, g->e.t_f32, sptr(g, off), "");
     LLVMSetAlignment(v, 4);
+    return cg_call_intrinsic(&g->e, "llvm.nvvm.f2tf32.rna", NULL, 0, &v, 1);
+}
+
+/* The same rounding of f32 bits (an i32) that ldmatrix brought. */
+static LLVMValueRef tf32_rna(mg *g, LLVMValueRef bits)
+{
+    LLVMValueRef v = LLVMBuildBitCast(g->e.b, bits, g->e.t_f32, "");
     return cg_call_intrinsic(&g->e, "llvm.nvvm.f2tf32.rna", NULL, 0, &v, 1);
 }
 
@@ -161,66 +283,109 @@ static void mma(mg *g, LLVMValueRef a[4], LLVMValueRef b2[2], int base)
         LLVMBuildStore(b, LLVMBuildExtractValue(b, r, i, ""), g->acc[base + i]);
 }
 
-/* The warp's mma over one stage (stage: i64). Lane l of ldmatrix names row l & 7 of matrix
- * l >> 3; the matrix order below is the fragment register order of mma's A (rows 0-7 / 8-15 by
- * k 0-7 / 8-15) and B (k 0-7 / 8-15 of two n8 tiles). */
-static void compute_stage(mg *g, LLVMValueRef stage)
+/* The warp's fragments of k-step ks of the stage at shared byte offset so (i64), into fr:
+ * A's (i * 4 + h) first, then B's (mi * 4 + j * 2 + h). Lane l of ldmatrix names row l & 7 of
+ * matrix l >> 3; the matrix order below is the fragment register order of mma's A (rows 0-7 /
+ * 8-15 by k 0-7 / 8-15) and B (k 0-7 / 8-15 of two n8 tiles). */
+static void load_frags(mg *g, LLVMValueRef so, int ks, LLVMValueRef *fr)
 {
     const cg_mma_spec *s = g->s;
     LLVMBuilderRef b = g->e.b;
-    LLVMValueRef ao = stage_off(g, stage), bo = add(g, ao, k64(g, cg_mma_a_bytes(s)));
+    LLVMValueRef ao = so, bo = add(g, so, k64(g, cg_mma_a_bytes(s)));
     int pa = s->a_mmajor ? cg_mma_pitch(s, s->bm, false) : cg_mma_pitch(s, s->bk, true);
     int pb = s->b_kmajor ? cg_mma_pitch(s, s->bk, true) : cg_mma_pitch(s, s->bn, false);
     LLVMValueRef l = g->lane, q = LLVMBuildLShr(b, l, k64(g, 3), ""), r8 = LLVMBuildAnd(b, l, k64(g, 7), "");
     LLVMValueRef gid = LLVMBuildLShr(b, l, k64(g, 2), ""), tig = LLVMBuildAnd(b, l, k64(g, 3), "");
     LLVMValueRef q_lo8 = mul(g, LLVMBuildAnd(b, q, k64(g, 1), ""), k64(g, 8));
     LLVMValueRef q_hi8 = mul(g, LLVMBuildLShr(b, q, k64(g, 1), ""), k64(g, 8));
-    for (int ks = 0; ks < s->bk / g->kstep; ks++) {
-        int k0 = ks * g->kstep;
-        LLVMValueRef af[16][4], bf[32][2];
-        for (int i = 0; i < g->mi; i++) {
-            LLVMValueRef m0 = add(g, g->wm_off, k64(g, i * 16));
-            if (g->s->type == CG_MMA_TF32) {
-                for (int h = 0; h < 4; h++) { /* (g, t), (g+8, t), (g, t+4), (g+8, t+4) */
-                    LLVMValueRef m = add(g, m0, add(g, gid, k64(g, (h & 1) * 8)));
-                    LLVMValueRef k = add(g, k64(g, k0 + (h >> 1) * 4), tig);
-                    af[i][h] = ld_tf32(g, add(g, ao, s->a_mmajor ? at(g, k, m, pa) : at(g, m, k, pa)));
-                }
-            } else if (s->a_mmajor) {
-                LLVMValueRef k = add(g, k64(g, k0), add(g, r8, q_hi8)), m = add(g, m0, q_lo8);
-                ldmatrix(g, add(g, ao, at(g, k, m, pa)), true, af[i]);
-            } else {
-                LLVMValueRef m = add(g, m0, LLVMBuildAnd(b, l, k64(g, 15), ""));
-                LLVMValueRef k = add(g, k64(g, k0), mul(g, LLVMBuildLShr(b, l, k64(g, 4), ""), k64(g, 8)));
-                ldmatrix(g, add(g, ao, at(g, m, k, pa)), false, af[i]);
+    LLVMValueRef *bf = fr + g->mi * 4;
+    int k0 = ks * g->kstep;
+    for (int i = 0; i < g->mi; i++) {
+        LLVMValueRef m0 = add(g, g->wm_off, k64(g, i * 16)), *af = fr + i * 4;
+        if (g->s->type == CG_MMA_TF32 && !s->a_mmajor) {
+            /* ldmatrix moves 32-bit words as pairs of b16: of 8 rows of 4 words, lane l gets
+             * word l & 3 of row l >> 2, which for rows along m and words along k are exactly
+             * the fragments (g, t), (g+8, t), (g, t+4), (g+8, t+4) of matrices 0..3 */
+            LLVMValueRef m = add(g, m0, add(g, r8, q_lo8));
+            LLVMValueRef k = add(g, k64(g, k0), mul(g, LLVMBuildLShr(b, l, k64(g, 4), ""), k64(g, 4)));
+            ldmatrix(g, add(g, ao, at(g, m, k, pa)), false, af);
+            for (int h = 0; h < 4; h++)
+                af[h] = tf32_rna(g, af[h]);
+        } else if (g->s->type == CG_MMA_TF32) {
+            for (int h = 0; h < 4; h++) { /* (g, t), (g+8, t), (g, t+4), (g+8, t+4) */
+                LLVMValueRef m = add(g, m0, add(g, gid, k64(g, (h & 1) * 8)));
+                LLVMValueRef k = add(g, k64(g, k0 + (h >> 1) * 4), tig);
+                af[h] = ld_tf32(g, add(g, ao, s->a_mmajor ? at(g, k, m, pa) : at(g, m, k, pa)));
             }
+        } else if (s->a_mmajor) {
+            LLVMValueRef k = add(g, k64(g, k0), add(g, r8, q_hi8)), m = add(g, m0, q_lo8);
+            ldmatrix(g, add(g, ao, at(g, k, m, pa)), true, af);
+        } else {
+            LLVMValueRef m = add(g, m0, LLVMBuildAnd(b, l, k64(g, 15), ""));
+            LLVMValueRef k = add(g, k64(g, k0), mul(g, LLVMBuildLShr(b, l, k64(g, 4), ""), k64(g, 8)));
+            ldmatrix(g, add(g, ao, at(g, m, k, pa)), false, af);
         }
-        for (int j = 0; j < g->ni; j += g->s->type == CG_MMA_TF32 ? 1 : 2) {
-            LLVMValueRef n0 = add(g, g->wn_off, k64(g, j * 8));
-            if (g->s->type == CG_MMA_TF32) {
-                for (int h = 0; h < 2; h++) { /* (k = t, n = g), (k = t + 4, n = g) */
-                    LLVMValueRef n = add(g, n0, gid), k = add(g, k64(g, k0 + h * 4), tig);
-                    bf[j][h] = ld_tf32(g, add(g, bo, s->b_kmajor ? at(g, n, k, pb) : at(g, k, n, pb)));
-                }
-                continue;
-            }
-            LLVMValueRef v[4];
-            if (s->b_kmajor) {
-                LLVMValueRef n = add(g, n0, add(g, r8, q_hi8)), k = add(g, k64(g, k0), q_lo8);
-                ldmatrix(g, add(g, bo, at(g, n, k, pb)), false, v);
-            } else {
-                LLVMValueRef k = add(g, k64(g, k0), add(g, r8, q_lo8)), n = add(g, n0, q_hi8);
-                ldmatrix(g, add(g, bo, at(g, k, n, pb)), true, v);
-            }
-            bf[j][0] = v[0], bf[j][1] = v[1], bf[j + 1][0] = v[2], bf[j + 1][1] = v[3];
+    }
+    for (int j = 0; j < g->ni; j += g->s->type == CG_MMA_TF32 ? 1 : 2) {
+        LLVMValueRef n0 = add(g, g->wn_off, k64(g, j * 8));
+        if (g->s->type == CG_MMA_TF32 && s->b_kmajor) {
+            /* as for A: rows along n, words along k; matrices 2 and 3 are the next n8 tile */
+            LLVMValueRef n = add(g, n0, add(g, r8, q_hi8));
+            LLVMValueRef k = add(g, k64(g, k0), mul(g, LLVMBuildAnd(b, q, k64(g, 1), ""), k64(g, 4)));
+            ldmatrix(g, add(g, bo, at(g, n, k, pb)), false, bf + j * 2);
+            for (int h = 0; h < 4; h++)
+                bf[j * 2 + h] = tf32_rna(g, bf[j * 2 + h]);
+            j++;
+            continue;
         }
-        for (int i = 0; i < g->mi; i++)
-            for (int j = 0; j < g->ni; j++)
-                mma(g, af[i], bf[j], (i * g->ni + j) * 4);
+        if (g->s->type == CG_MMA_TF32) {
+            for (int h = 0; h < 2; h++) { /* (k = t, n = g), (k = t + 4, n = g) */
+                LLVMValueRef n = add(g, n0, gid), k = add(g, k64(g, k0 + h * 4), tig);
+                bf[j * 2 + h] = ld_tf32(g, add(g, bo, s->b_kmajor ? at(g, n, k, pb) : at(g, k, n, pb)));
+            }
+            continue;
+        }
+        if (s->b_kmajor) {
+            LLVMValueRef n = add(g, n0, add(g, r8, q_hi8)), k = add(g, k64(g, k0), q_lo8);
+            ldmatrix(g, add(g, bo, at(g, n, k, pb)), false, bf + j * 2);
+        } else {
+            LLVMValueRef k = add(g, k64(g, k0), add(g, r8, q_lo8)), n = add(g, n0, q_hi8);
+            ldmatrix(g, add(g, bo, at(g, k, n, pb)), true, bf + j * 2);
+        }
     }
 }
 
+static void mma_frags(mg *g, LLVMValueRef *fr)
+{
+    for (int i = 0; i < g->mi; i++)
+        for (int j = 0; j < g->ni; j++)
+            mma(g, fr + i * 4, fr + g->mi * 4 + j * 2, (i * g->ni + j) * 4);
+}
+
+static int n_frags(const mg *g) { return g->mi * 4 + g->ni * 2; }
+
+static void frags_store(mg *g, LLVMValueRef *fr)
+{
+    for (int i = 0; i < n_frags(g); i++)
+        LLVMBuildStore(g->e.b, fr[i], g->frag[i]);
+}
+
+static void frags_load(mg *g, LLVMValueRef *fr)
+{
+    for (int i = 0; i < n_frags(g); i++)
+        fr[i] = LLVMBuildLoad2(g->e.b, g->e.t_i32, g->frag[i], "");
+}
+
 /* ---- Stores --------------------------------------------------------------------------------- */
+
+static LLVMValueRef to_c(mg *g, LLVMValueRef v)
+{
+    if (g->s->type == CG_MMA_TF32)
+        return v;
+    /* rounded once, to nearest even (cvt.rn) */
+    LLVMTypeRef h = g->s->type == CG_MMA_F16 ? LLVMHalfTypeInContext(g->e.ctx) : LLVMBFloatTypeInContext(g->e.ctx);
+    return LLVMBuildFPTrunc(g->e.b, v, h, "");
+}
 
 static void store_one(mg *g, LLVMValueRef row, LLVMValueRef col, LLVMValueRef v)
 {
@@ -233,13 +398,38 @@ static void store_one(mg *g, LLVMValueRef row, LLVMValueRef col, LLVMValueRef v)
     LLVMPositionBuilderAtEnd(b, yes);
     LLVMValueRef e = add(g, mul(g, g->batch, g->p[P_CBS]), add(g, mul(g, row, g->p[P_N]), col));
     LLVMValueRef addr = LLVMBuildIntToPtr(b, add(g, g->p[P_C], mul(g, e, k64(g, g->esz))), g->t_gptr, "");
-    if (g->s->type != CG_MMA_TF32) {
-        /* rounded once, to nearest even (cvt.rn) */
-        LLVMTypeRef h = g->s->type == CG_MMA_F16 ? LLVMHalfTypeInContext(g->e.ctx) : LLVMBFloatTypeInContext(g->e.ctx);
-        v = LLVMBuildFPTrunc(b, v, h, "");
-    }
-    LLVMValueRef st = LLVMBuildStore(b, v, addr);
+    LLVMValueRef st = LLVMBuildStore(b, to_c(g, v), addr);
     LLVMSetAlignment(st, (unsigned)g->esz);
+    LLVMBuildBr(b, next);
+    LLVMPositionBuilderAtEnd(b, next);
+}
+
+/* Elements (row, col) and (row, col + 1): one store of both where both lie inside C and their
+ * address is aligned to the pair (C's base is only element-aligned), else one at a time. */
+static void store_pair(mg *g, LLVMValueRef row, LLVMValueRef col, LLVMValueRef v0, LLVMValueRef v1)
+{
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef e = add(g, mul(g, g->batch, g->p[P_CBS]), add(g, mul(g, row, g->p[P_N]), col));
+    LLVMValueRef addr = add(g, g->p[P_C], mul(g, e, k64(g, g->esz)));
+    LLVMValueRef ok = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSLT, row, g->p[P_M], ""),
+                                   LLVMBuildICmp(b, LLVMIntSLT, add(g, col, k64(g, 1)), g->p[P_N], ""), "");
+    LLVMValueRef misaligned = LLVMBuildAnd(b, addr, k64(g, 2 * g->esz - 1), "");
+    ok = LLVMBuildAnd(b, ok, LLVMBuildICmp(b, LLVMIntEQ, misaligned, k64(g, 0), ""), "");
+    LLVMBasicBlockRef two = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "st2");
+    LLVMBasicBlockRef ones = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "st1");
+    LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "st.next");
+    LLVMBuildCondBr(b, ok, two, ones);
+    LLVMPositionBuilderAtEnd(b, two);
+    LLVMValueRef c0 = to_c(g, v0), c1 = to_c(g, v1);
+    LLVMValueRef vec = LLVMGetUndef(LLVMVectorType(LLVMTypeOf(c0), 2));
+    vec = LLVMBuildInsertElement(b, vec, c0, k32(g, 0), "");
+    vec = LLVMBuildInsertElement(b, vec, c1, k32(g, 1), "");
+    LLVMValueRef st = LLVMBuildStore(b, vec, LLVMBuildIntToPtr(b, addr, g->t_gptr, ""));
+    LLVMSetAlignment(st, (unsigned)(2 * g->esz));
+    LLVMBuildBr(b, next);
+    LLVMPositionBuilderAtEnd(b, ones);
+    store_one(g, row, col, v0);
+    store_one(g, row, add(g, col, k64(g, 1)), v1);
     LLVMBuildBr(b, next);
     LLVMPositionBuilderAtEnd(b, next);
 }
@@ -251,23 +441,106 @@ static void store_c(mg *g)
     LLVMValueRef gid = LLVMBuildLShr(b, g->lane, k64(g, 2), ""), tig = LLVMBuildAnd(b, g->lane, k64(g, 3), "");
     for (int i = 0; i < g->mi; i++)
         for (int j = 0; j < g->ni; j++)
-            for (int h = 0; h < 4; h++) {
+            for (int h = 0; h < 4; h += 2) {
                 LLVMValueRef row = add(g, add(g, g->row0, g->wm_off), add(g, gid, k64(g, i * 16 + (h >> 1) * 8)));
-                LLVMValueRef col = add(g, add(g, g->col0, g->wn_off), add(g, mul(g, tig, k64(g, 2)), k64(g, j * 8 + (h & 1))));
-                LLVMValueRef v = LLVMBuildLoad2(b, g->e.t_f32, g->acc[(i * g->ni + j) * 4 + h], "");
-                store_one(g, row, col, v);
+                LLVMValueRef col = add(g, add(g, g->col0, g->wn_off), add(g, mul(g, tig, k64(g, 2)), k64(g, j * 8)));
+                int a = (i * g->ni + j) * 4 + h;
+                store_pair(g, row, col, LLVMBuildLoad2(b, g->e.t_f32, g->acc[a], ""),
+                           LLVMBuildLoad2(b, g->e.t_f32, g->acc[a + 1], ""));
             }
+}
+
+/* ---- The K loop ------------------------------------------------------------------------------ */
+
+/* Runs K tiles kt_var .. end - 1 (i64); fast: all their copies lie inside K. Without s->pipe
+ * each tile waits and syncs first, then loads each k-step's fragments before its mma. With it,
+ * software-pipelined: each k-step loads the next one's
+ * fragments before its mma, and the last one waits for tile kt + 1 (and for every warp to be
+ * past tile kt - 1) to load the first fragments of tile kt + 1 (kept in g->frag across
+ * iterations), so ldmatrix latency hides behind mma even across the barrier. The copies of
+ * tile kt + stages - 1 then overwrite tile kt - 1's buffer, which no warp reads after that
+ * barrier. rs_var / ws_var hold the byte offsets of the stages read and written next. */
+static void k_loop(mg *g, LLVMValueRef kt_var, LLVMValueRef rs_var, LLVMValueRef ws_var, LLVMValueRef end, bool fast)
+{
+    const cg_mma_spec *s = g->s;
+    LLVMBuilderRef b = g->e.b;
+    int sbytes = cg_mma_a_bytes(s) + cg_mma_b_bytes(s), nks = s->bk / g->kstep;
+    LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, fast ? "kt.fast" : "kt");
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "kt.body");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "kt.done");
+    LLVMBuildBr(b, head);
+    LLVMPositionBuilderAtEnd(b, head);
+    LLVMValueRef kt = LLVMBuildLoad2(b, g->e.t_i64, kt_var, "");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, kt, end, ""), body, done);
+    LLVMPositionBuilderAtEnd(b, body);
+    LLVMValueRef rs = LLVMBuildLoad2(b, g->e.t_i64, rs_var, ""), ws = LLVMBuildLoad2(b, g->e.t_i64, ws_var, "");
+    LLVMValueRef ring = k64(g, (int64_t)s->stages * sbytes), wait = k32(g, s->stages - 2);
+    LLVMValueRef fr[2][16 * 4 + 32 * 2];
+    if (s->pipe) {
+        frags_load(g, fr[0]);
+    } else { /* tile kt has landed, and every warp is past tile kt - 1 */
+        call0(g, "llvm.nvvm.cp.async.wait.group", &wait, 1);
+        call0(g, "llvm.nvvm.barrier0", NULL, 0);
+        LLVMValueRef nrs = add(g, rs, k64(g, sbytes));
+        LLVMBuildStore(b, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, nrs, ring, ""), k64(g, 0), nrs, ""), rs_var);
+    }
+    for (int ks = 0; ks < nks; ks++) {
+        LLVMValueRef *cur = fr[ks & 1], *next = fr[(ks + 1) & 1];
+        if (!s->pipe) {
+            load_frags(g, rs, ks, cur);
+        } else if (ks < nks - 1) {
+            load_frags(g, rs, ks + 1, next);
+        } else {
+            call0(g, "llvm.nvvm.cp.async.wait.group", &wait, 1);
+            call0(g, "llvm.nvvm.barrier0", NULL, 0);
+            LLVMValueRef nrs = add(g, rs, k64(g, sbytes));
+            nrs = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, nrs, ring, ""), k64(g, 0), nrs, "");
+            LLVMBuildStore(b, nrs, rs_var);
+            load_frags(g, nrs, 0, next);
+            frags_store(g, next);
+        }
+        if (ks == 0) {
+            LLVMValueRef nk = add(g, kt, k64(g, s->stages - 1));
+            if (fast_ok(g)) {
+                LLVMValueRef ab = NULL, bb = NULL;
+                if (!fast) { /* recomputed here, so that nothing of the edge is live in the first loop */
+                    ab = add(g, g->p[P_A], mul(g, g->batch, mul(g, g->p[P_ABS], k64(g, g->esz))));
+                    bb = add(g, g->p[P_B], mul(g, g->batch, mul(g, g->p[P_BBS], k64(g, g->esz))));
+                }
+                fast_load(g, &g->fc[0], nk, ws, ab, !fast);
+                fast_load(g, &g->fc[1], nk, ws, bb, !fast);
+                call0(g, "llvm.nvvm.cp.async.commit.group", NULL, 0);
+            } else {
+                load_stage(g, nk, ws);
+            }
+            LLVMValueRef nws = add(g, ws, k64(g, sbytes));
+            nws = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, nws, ring, ""), k64(g, 0), nws, "");
+            LLVMBuildStore(b, nws, ws_var);
+        }
+        mma_frags(g, cur);
+    }
+    LLVMBuildStore(b, add(g, kt, k64(g, 1)), kt_var);
+    LLVMBuildBr(b, head);
+    LLVMPositionBuilderAtEnd(b, done);
 }
 
 /* ---- The entry ------------------------------------------------------------------------------ */
 
-static void annotate(mg *g)
+static void annotate1(mg *g, const char *key, int v)
 {
     LLVMContextRef c = g->e.ctx;
-    LLVMMetadataRef ops[3] = {LLVMValueAsMetadata(g->fn), LLVMMDStringInContext2(c, "maxntidx", 8),
-                              LLVMValueAsMetadata(k32(g, g->threads))};
+    LLVMMetadataRef ops[3] = {LLVMValueAsMetadata(g->fn), LLVMMDStringInContext2(c, key, strlen(key)),
+                              LLVMValueAsMetadata(k32(g, v))};
     LLVMAddNamedMetadataOperand(g->e.mod, "nvvm.annotations",
                                 LLVMMetadataAsValue(c, LLVMMDNodeInContext2(c, ops, 3)));
+}
+
+/* minctasm makes ptxas hold registers to what that many blocks per SM leave each thread */
+static void annotate(mg *g)
+{
+    annotate1(g, "maxntidx", g->threads);
+    if (g->s->min_blocks > 1)
+        annotate1(g, "minctasm", g->s->min_blocks);
 }
 
 static void build(mg *g)
@@ -311,28 +584,34 @@ static void build(mg *g)
     g->batch = sreg(g, "ctaid.z");
     LLVMValueRef n_kt = LLVMBuildUDiv(b, add(g, g->p[P_K], k64(g, s->bk - 1)), k64(g, s->bk), "");
 
+    for (int i = 0; s->pipe && i < n_frags(g); i++)
+        g->frag[i] = LLVMBuildAlloca(b, g->e.t_i32, "");
+    LLVMValueRef rs_var = LLVMBuildAlloca(b, g->e.t_i64, ""), ws_var = LLVMBuildAlloca(b, g->e.t_i64, "");
+    int sbytes = cg_mma_a_bytes(s) + cg_mma_b_bytes(s);
+    fast_init(g);
+    LLVMValueRef n_full = LLVMBuildUDiv(b, g->p[P_K], k64(g, s->bk), "");
     for (int st = 0; st < s->stages - 1; st++)
-        load_stage(g, k64(g, st), k64(g, st));
+        load_stage(g, k64(g, st), k64(g, (int64_t)st * sbytes));
+    if (s->pipe) {
+        LLVMValueRef wait = k32(g, s->stages - 2), fr[16 * 4 + 32 * 2];
+        call0(g, "llvm.nvvm.cp.async.wait.group", &wait, 1);
+        call0(g, "llvm.nvvm.barrier0", NULL, 0);
+        load_frags(g, k64(g, 0), 0, fr);
+        frags_store(g, fr);
+    }
+    LLVMBuildStore(b, k64(g, 0), rs_var);
+    LLVMBuildStore(b, k64(g, (int64_t)(s->stages - 1) * sbytes), ws_var);
     LLVMBuildStore(b, k64(g, 0), kt_var);
-    LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "kt");
-    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "kt.body");
-    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "kt.done");
-    LLVMBuildBr(b, head);
-    LLVMPositionBuilderAtEnd(b, head);
-    LLVMValueRef kt = LLVMBuildLoad2(b, g->e.t_i64, kt_var, "");
-    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, kt, n_kt, ""), body, done);
-    LLVMPositionBuilderAtEnd(b, body);
-    /* tile kt has landed for every thread, and every warp is past tile kt - 1, whose buffer the
-     * copies issued next overwrite */
-    LLVMValueRef wait = k32(g, s->stages - 2);
-    call0(g, "llvm.nvvm.cp.async.wait.group", &wait, 1);
-    call0(g, "llvm.nvvm.barrier0", NULL, 0);
-    LLVMValueRef nk = add(g, kt, k64(g, s->stages - 1));
-    load_stage(g, nk, LLVMBuildURem(b, nk, k64(g, s->stages), ""));
-    compute_stage(g, LLVMBuildURem(b, kt, k64(g, s->stages), ""));
-    LLVMBuildStore(b, add(g, kt, k64(g, 1)), kt_var);
-    LLVMBuildBr(b, head);
-    LLVMPositionBuilderAtEnd(b, done);
+    /* K tiles below n_full lie wholly inside K: while the copies stay there, the first loop
+     * skips the k edge; a second loop runs the rest with the general copies (a loop of its
+     * own, so their values never stay live in the first) */
+    if (fast_ok(g)) {
+        LLVMValueRef ahead = k64(g, s->stages - 1);
+        LLVMValueRef n_main = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntUGT, n_full, ahead, ""),
+                                              LLVMBuildSub(b, n_full, ahead, ""), k64(g, 0), "");
+        k_loop(g, kt_var, rs_var, ws_var, n_main, true);
+    }
+    k_loop(g, kt_var, rs_var, ws_var, n_kt, false);
     /* the zero-filling copies past K may still be in flight: none may land after exit */
     call0(g, "llvm.nvvm.cp.async.wait.all", NULL, 0);
     store_c(g);

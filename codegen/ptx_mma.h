@@ -7,8 +7,10 @@
  * bk through `stages` shared-memory buffers filled by cp.async (16-byte copies, zero-filled past
  * the matrix edges), so any m, n, k works as long as rows of A and B start 16-byte aligned.
  * Fragments come from shared memory through ldmatrix (its .trans form for an operand stored the
- * other way round) for f16/bf16, through plain 32-bit loads and cvt.rna.tf32 for tf32. The f32
- * accumulators are rounded once to C's dtype at the store.
+ * other way round) for f16/bf16; for tf32 through ldmatrix where the operand's k is contiguous,
+ * else plain 32-bit loads, then cvt.rna.tf32. With `pipe`, each k-step's mma overlap the
+ * fragment loads of the next (across the barrier too). The f32 accumulators are rounded once
+ * to C's dtype at the store, two neighbours per store where aligned.
  *
  * Parameters (each an i64, in this order): a, b, c (device addresses), m, n, k, a_bs, a_ld,
  * b_bs, b_ld, c_bs; a_ld is A's stride between rows of its stored layout (a_rs when k is
@@ -28,9 +30,11 @@ enum cg_mma_type { CG_MMA_F16, CG_MMA_BF16, CG_MMA_TF32 };
 typedef struct cg_mma_spec {
     int sm;            /* compute capability x 10 + minor; 80 or more */
     int type;          /* cg_mma_type: operands and C f16, bf16, or f32 through tf32 */
-    int bm, bn, bk;    /* block tile; bk in elements (32 for 16-bit types, 16 for tf32) */
+    int bm, bn, bk;    /* block tile; bk in elements (32 or 64 for 16-bit types, 16 for tf32) */
     int wm, wn;        /* warps along m and n: warp tile (bm / wm) x (bn / wn) */
     int stages;        /* shared-memory buffers, 2..5 */
+    int min_blocks;    /* blocks per SM the registers must allow (0 or 1: no bound; at most 4) */
+    bool pipe;         /* load the next k-step's fragments during this one's mma (more registers) */
     bool a_mmajor;     /* A stored with m contiguous (a_rs == 1), else k contiguous */
     bool b_kmajor;     /* B stored with k contiguous (b_ks == 1), else n contiguous */
 } cg_mma_spec;
@@ -82,6 +86,8 @@ static inline bool cg_mma_spec_valid(const cg_mma_spec *s, char *why, size_t cap
         bad = "the warp tile needs more accumulator registers than fit";
     else if (s->stages < 2 || s->stages > 5)
         bad = "2 to 5 stages";
+    else if (s->min_blocks < 0 || s->min_blocks > 4)
+        bad = "0 to 4 blocks per SM";
     else if ((s->bm * s->bk * esz / 16) % threads || (s->bn * s->bk * esz / 16) % threads)
         bad = "a stage's 16-byte copies do not split evenly over the threads";
     if (bad && why && cap)
@@ -90,24 +96,34 @@ static inline bool cg_mma_spec_valid(const cg_mma_spec *s, char *why, size_t cap
     return !bad;
 }
 
-/* The tile variants the runtime chooses from (and tests assemble): bk is given for 16-bit
- * types and halved for tf32, so that a stage holds the same bytes. */
+/* The tile variants the runtime chooses from (BURNC_CUDA_MMA_TILE=N forces one; tests
+ * assemble and run them all): bk is given for 16-bit types; tf32 takes 16 (its fragments are
+ * converted one by one, and ptxas hoists the loads of every k-step of a stage: more k-steps
+ * would spill). 64 x 64 warp tiles read the least shared memory per mma (two ldmatrix.x4 per
+ * four mma); a block of 4 such warps fits twice on an SM, so that one block's barrier and
+ * copies overlap the other's mma; bk 64 halves the barriers per FLOP. */
 typedef struct cg_mma_tile {
-    int bm, bn, bk, wm, wn, stages;
+    int bm, bn, bk, wm, wn, stages, min_blocks;
+    bool pipe; /* on sm_90 for f16/bf16 only: elsewhere ptxas spills (tf32's single loads, sm_80) */
 } cg_mma_tile;
 static const cg_mma_tile CG_MMA_TILES[] = {
-    {128, 128, 32, 2, 4, 4}, /* 0: the default: 8 warps of 64 x 32 */
-    {128, 256, 32, 2, 4, 3}, /* 1: large problems: 8 warps of 64 x 64 */
-    {64, 64, 32, 2, 2, 4},   /* 2: small problems: more blocks than SMs */
-    {256, 128, 32, 4, 2, 3}, /* 3: large, tall: 8 warps of 64 x 64 */
+    {128, 128, 32, 2, 4, 4, 0, true},  /* 0: 8 warps of 64 x 32 */
+    {128, 256, 32, 2, 4, 3, 1, true},  /* 1: 8 warps of 64 x 64 */
+    {64, 64, 32, 2, 2, 4, 0, true},    /* 2: small problems: more blocks than SMs */
+    {256, 128, 32, 4, 2, 3, 1, true},  /* 3: 8 warps of 64 x 64, tall */
+    {128, 128, 32, 2, 2, 4, 2, true},  /* 4: 4 warps of 64 x 64, two blocks per SM */
+    {128, 256, 64, 2, 4, 3, 1, false}, /* 5: tile 1 with bk 64 */
+    {128, 256, 32, 2, 4, 4, 1, true},  /* 6: tile 1 with 4 stages */
+    {256, 128, 64, 4, 2, 3, 1, false}, /* 7: tile 3 with bk 64 */
 };
 enum { CG_MMA_N_TILES = sizeof CG_MMA_TILES / sizeof CG_MMA_TILES[0] };
 
 static inline cg_mma_spec cg_mma_variant(int sm, int type, int tile, bool a_mmajor, bool b_kmajor)
 {
     const cg_mma_tile *t = &CG_MMA_TILES[tile];
-    cg_mma_spec s = {.sm = sm, .type = type, .bm = t->bm, .bn = t->bn, .bk = type == CG_MMA_TF32 ? t->bk / 2 : t->bk,
-                     .wm = t->wm, .wn = t->wn, .stages = t->stages, .a_mmajor = a_mmajor, .b_kmajor = b_kmajor};
+    cg_mma_spec s = {.sm = sm, .type = type, .bm = t->bm, .bn = t->bn, .bk = type == CG_MMA_TF32 ? 16 : t->bk,
+                     .wm = t->wm, .wn = t->wn, .stages = t->stages, .min_blocks = t->min_blocks,
+                     .pipe = t->pipe && type != CG_MMA_TF32 && sm >= 90, .a_mmajor = a_mmajor, .b_kmajor = b_kmajor};
     return s;
 }
 

@@ -41,31 +41,37 @@ static void cache_init(void) { mtx_init(&cache.lock, mtx_plain); }
 
 /* ---- Keys -------------------------------------------------------------------------------- */
 
+/* The words push_record writes for r. */
+static size_t record_words(const ir_record *r)
+{
+    size_t n = 8 + (size_t)r->out_rank;
+    for (int i = 0; i < r->n_in; i++)
+        n += 4 + 2 * (size_t)r->in[i].view.rank;
+    return n;
+}
+
+/* Room for `extra` more words. */
+static bool reserve(fus_key *k, size_t extra)
+{
+    if (k->cap - k->n >= extra)
+        return true;
+    size_t cap = k->cap ? 2 * k->cap : 256;
+    if (cap < k->n + extra)
+        cap = k->n + extra;
+    int64_t *p = realloc(k->words, cap * sizeof *p);
+    if (!p)
+        return false;
+    k->words = p;
+    k->cap = cap;
+    return true;
+}
+
 static bool push(fus_key *k, int64_t w)
 {
-    if (k->n == k->cap) {
-        size_t cap = k->cap ? 2 * k->cap : 256;
-        int64_t *p = realloc(k->words, cap * sizeof *p);
-        if (!p)
-            return false;
-        k->words = p;
-        k->cap = cap;
-    }
+    if (!reserve(k, 1))
+        return false;
     k->words[k->n++] = w;
     return true;
-}
-
-static bool push_n(fus_key *k, const int64_t *w, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (!push(k, w[i]))
-            return false;
-    return true;
-}
-
-static bool push_view(fus_key *k, const ir_view *v)
-{
-    return push(k, v->rank) && push(k, v->offset) && push_n(k, v->shape, v->rank) && push_n(k, v->strides, v->rank);
 }
 
 /* An operand's storage as the batch sees it: the record that writes it (>= 0), or the order
@@ -80,14 +86,27 @@ static int64_t storage_word(fus_pmap *m, const struct rt_storage *st, int *n_ext
     return v;
 }
 
+/* Written through a pointer into reserved room: a checked push per word was most of the
+ * cost of keying a flush of small ops. */
 static bool push_record(fus_key *k, const ir_record *r, bool needed, fus_pmap *m, int *n_ext)
 {
-    bool ok = push(k, r->op) && push(k, r->flags) && push(k, r->dtype) && push(k, r->compute) && push(k, r->n_in) &&
-              push(k, r->out_rank) && push_n(k, r->out_shape, r->out_rank) && push(k, r->axes) && push(k, needed);
-    for (int i = 0; ok && i < r->n_in; i++)
-        ok = push(k, storage_word(m, r->in[i].storage, n_ext)) && push(k, r->in[i].dtype) &&
-             push_view(k, &r->in[i].view);
-    return ok;
+    if (!reserve(k, record_words(r)))
+        return false;
+    int64_t *w = k->words + k->n;
+    *w++ = r->op, *w++ = r->flags, *w++ = r->dtype, *w++ = r->compute, *w++ = r->n_in, *w++ = r->out_rank;
+    for (int d = 0; d < r->out_rank; d++)
+        *w++ = r->out_shape[d];
+    *w++ = r->axes, *w++ = needed;
+    for (int i = 0; i < r->n_in; i++) {
+        const ir_view *v = &r->in[i].view;
+        *w++ = storage_word(m, r->in[i].storage, n_ext), *w++ = r->in[i].dtype, *w++ = v->rank, *w++ = v->offset;
+        for (int d = 0; d < v->rank; d++)
+            *w++ = v->shape[d];
+        for (int d = 0; d < v->rank; d++)
+            *w++ = v->strides[d];
+    }
+    k->n = (size_t)(w - k->words);
+    return true;
 }
 
 static uint64_t hash_words(const int64_t *w, size_t n)
@@ -106,10 +125,14 @@ bool fus_key_make(ir_record *const *recs, int n, const bool *needed_outside, con
     if (n > CACHE_MAX_RECORDS)
         return false;
     int n_ops = 0;
-    for (int r = 0; r < n; r++)
+    size_t words = 5;
+    for (int r = 0; r < n; r++) {
         n_ops += recs[r]->n_in;
-    fus_pmap m;
-    bool ok = fus_pmap_init(&m, n + n_ops);
+        words += record_words(recs[r]);
+    }
+    fus_pmap m = {0};
+    /* allocated once: growing by doubling cost a flush of small ops reallocs and copies */
+    bool ok = reserve(k, words) && fus_pmap_init(&m, n + n_ops);
     ok = ok && push(k, KEY_VERSION) && push(k, n) && push(k, !opt || opt->fuse) &&
          push(k, opt ? opt->max_insts : 0) && push(k, opt ? opt->max_inputs : 0);
     int n_ext = 0;
@@ -198,7 +221,8 @@ bool fus_cache_lookup(const fus_key *k, ir_record *const *recs, fus_plan *out)
     const entry *e = find(k);
     bool ok = e != NULL;
     if (e) {
-        out->groups = calloc((size_t)(e->n_groups ? e->n_groups : 1), sizeof *out->groups);
+        /* not zeroed: copy_group overwrites every group it counts in n_groups */
+        out->groups = malloc((size_t)(e->n_groups ? e->n_groups : 1) * sizeof *out->groups);
         ok = out->groups != NULL;
         for (int i = 0; ok && i < e->n_groups; i++) {
             out->n_groups = i + 1;

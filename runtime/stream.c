@@ -21,13 +21,20 @@ struct rt_arena_block {
     _Alignas(16) unsigned char data[];
 };
 
+/* One standard block kept from a freed stream for the next one: a loop that records a few ops
+ * and flushes would otherwise malloc and free 64 KiB per iteration (and glibc consolidates its
+ * free lists on every such free). */
+static _Atomic(struct rt_arena_block *) spare_block;
+
 static void *arena_alloc(rt_stream *s, size_t bytes)
 {
     bytes = (bytes + 15) & ~(size_t)15;
     struct rt_arena_block *b = s->arena;
     if (!b || b->cap - b->used < bytes) {
         size_t cap = bytes > ARENA_BLOCK ? bytes : ARENA_BLOCK;
-        struct rt_arena_block *nb = malloc(sizeof *nb + cap);
+        struct rt_arena_block *nb = cap == ARENA_BLOCK ? atomic_exchange(&spare_block, NULL) : NULL;
+        if (!nb)
+            nb = malloc(sizeof *nb + cap);
         if (!nb)
             return NULL;
         nb->next = b;
@@ -45,7 +52,9 @@ void rt_stream_free(rt_stream *s)
 {
     for (struct rt_arena_block *b = s->arena, *next; b; b = next) {
         next = b->next;
-        free(b);
+        struct rt_arena_block *none = NULL;
+        if (b->cap != ARENA_BLOCK || !atomic_compare_exchange_strong(&spare_block, &none, b))
+            free(b);
     }
     free(s->recs);
     memset(s, 0, sizeof *s);
@@ -486,12 +495,14 @@ static bool can_take(const fus_group *g, int gi, int o, int i, uint32_t row_inpu
 static void choose_in_place(const fus_group *g, int gi, kir_kernel *k)
 {
     uint32_t deps[KIR_MAX_OUTPUTS], row_inputs = 0, taken = 0;
-    bool row_out[KIR_MAX_OUTPUTS] = {false};
+    bool row_out[KIR_MAX_OUTPUTS] = {false}, any_row = false;
     memset(k->in_place, 0, sizeof k->in_place);
-    rt_kir_output_deps(k, deps);
     for (int s = 0; s < k->n_stores; s++)
         if (k->stores[s].row)
-            row_out[k->stores[s].slot] = true;
+            row_out[k->stores[s].slot] = any_row = true;
+    /* only row outputs pin inputs, and the dependency walk allocates: skip it without them */
+    if (any_row)
+        rt_kir_output_deps(k, deps);
     for (int o = 0; o < k->n_outputs; o++)
         if (row_out[o])
             row_inputs |= deps[o];
@@ -549,6 +560,10 @@ static void run_group(rt_device *dev, const fus_group *g, int gi)
 
 static void log_group(const rt_device *dev, const fus_plan *p, int gi, ir_record *const *recs)
 {
+    /* the op list costs a formatted print per record: a flush of small ops would spend more
+     * on it than on its launch when nobody reads the log */
+    if (!rt_log_enabled("fusion"))
+        return;
     const fus_group *g = &p->groups[gi];
     char ops[256];
     size_t used = 0;

@@ -27,26 +27,9 @@
 #include "codegen/kcache.h"
 #include "kernel.h"
 #include "tests/common.h"
+#include "tests/kir_build.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
-
-/* ---- The module -------------------------------------------------------------------------- */
-
-static const cg_llvm_api *llvm_api(void)
-{
-    static const cg_llvm_api *api;
-    if (api)
-        return api;
-    const char *path = getenv("BURNC_LLVM_MODULE");
-    cr_assert(path && *path, "BURNC_LLVM_MODULE is not set: this suite needs the burnc-llvm module, which every "
-                             "build with llvm-19-dev has");
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    cr_assert(h, "cannot open the LLVM module %s: %s", path, dlerror());
-    api = dlsym(h, "burnc_llvm_api");
-    cr_assert(api, "%s has no burnc_llvm_api", path);
-    cr_assert_eq(api->abi, CG_LLVM_ABI);
-    return api;
-}
 
 /* ---- Random values ----------------------------------------------------------------------- */
 
@@ -148,67 +131,6 @@ static void fill_value(void *p, burnc_dtype_t dt, bool tame)
     case BURNC_DTYPE_U8: *(uint8_t *)p = (uint8_t)rnd(); break;
     default: *(uint8_t *)p = (uint8_t)(rnd() & 1); break;
     }
-}
-
-/* ---- Building kernels -------------------------------------------------------------------- */
-
-static void classes(kir_slot *s, burnc_dtype_t dt, const char *cls)
-{
-    s->dtype = dt;
-    for (int d = 0; cls[d]; d++)
-        s->stride[d] = cls[d] == '0' ? KIR_STRIDE_ZERO : cls[d] == '1' ? KIR_STRIDE_UNIT : KIR_STRIDE_ANY;
-}
-
-static int in_slot(kir_kernel *k, burnc_dtype_t dt, const char *cls)
-{
-    classes(&k->inputs[k->n_inputs], dt, cls);
-    return k->n_inputs++;
-}
-
-static int out_slot(kir_kernel *k, burnc_dtype_t dt, const char *cls)
-{
-    classes(&k->outputs[k->n_outputs], dt, cls);
-    return k->n_outputs++;
-}
-
-static int32_t LD(kir_kernel *k, int slot)
-{
-    return kir_emit(k, KIR_LOAD, kir_type_of(k->inputs[slot].dtype), slot, -1, -1);
-}
-
-static int32_t OP1(kir_kernel *k, kir_opcode op, kir_type t, int32_t a) { return kir_emit(k, op, t, a, -1, -1); }
-static int32_t OP2(kir_kernel *k, kir_opcode op, kir_type t, int32_t a, int32_t b)
-{
-    return kir_emit(k, op, t, a, b, -1);
-}
-static int32_t OP3(kir_kernel *k, kir_opcode op, kir_type t, int32_t a, int32_t b, int32_t c)
-{
-    return kir_emit(k, op, t, a, b, c);
-}
-
-static int32_t ROUND(kir_kernel *k, int32_t a, kir_type fmt)
-{
-    int32_t i = kir_emit(k, KIR_ROUND, KIR_F32, a, -1, -1);
-    k->insts[i].imm.i = fmt;
-    return i;
-}
-
-static void STORE(kir_kernel *k, int slot, int32_t v, bool row)
-{
-    k->stores[k->n_stores++] = (kir_store){.slot = slot, .value = v, .row = row};
-}
-
-static int STAGE(kir_kernel *k, kir_combiner comb, int32_t v)
-{
-    k->stages[k->n_stages] = (kir_stage){.combiner = (uint8_t)comb, .value = v};
-    return k->n_stages++;
-}
-
-static int32_t REDUCED(kir_kernel *k, int s)
-{
-    int c = k->stages[s].combiner;
-    kir_type t = c == KIR_COMBINE_ARGMAX || c == KIR_COMBINE_ARGMIN ? KIR_I64 : k->insts[k->stages[s].value].type;
-    return kir_emit(k, KIR_REDUCED, t, s, -1, -1);
 }
 
 /* ---- Launches ---------------------------------------------------------------------------- */
@@ -530,7 +452,7 @@ static void run_leaves(const cg_cpu_kernel *f, launch *L)
  * when keep_obj is given. */
 static void check_launch(launch *L, void **keep_obj, size_t *keep_size)
 {
-    const cg_llvm_api *api = llvm_api();
+    const cg_llvm_api *api = kb_llvm_api(NULL);
     kir_kernel *k = L->k;
     char why[512];
     cr_assert(kir_valid(k, why, sizeof why), "kernel %s is not valid: %s", k->name, why);
@@ -1225,7 +1147,7 @@ Test(codegen, multi_stage)
 /* A kernel whose stages feed an element store: no leaves() (cg.h), finish present. */
 Test(codegen, entry_points_by_shape)
 {
-    const cg_llvm_api *api = llvm_api();
+    const cg_llvm_api *api = kb_llvm_api(NULL);
     kir_kernel k;
     kir_init(&k, 2, 1);
     int x = in_slot(&k, BURNC_DTYPE_F32, "s1"), o = out_slot(&k, BURNC_DTYPE_F32, "s1");
@@ -1243,7 +1165,7 @@ Test(codegen, entry_points_by_shape)
 
 Test(codegen, invalid_kernel_refused)
 {
-    const cg_llvm_api *api = llvm_api();
+    const cg_llvm_api *api = kb_llvm_api(NULL);
     kir_kernel k;
     kir_init(&k, 1, 1);
     int x = in_slot(&k, BURNC_DTYPE_F32, "1"), o = out_slot(&k, BURNC_DTYPE_I32, "1");
@@ -1260,7 +1182,7 @@ Test(codegen, invalid_kernel_refused)
 
 Test(codegen, host_and_version)
 {
-    const cg_llvm_api *api = llvm_api();
+    const cg_llvm_api *api = kb_llvm_api(NULL);
     cr_assert(api->llvm_version && strncmp(api->llvm_version, "19.", 3) == 0, "%s", api->llvm_version);
     const char *cpu = api->host_cpu();
     cr_assert(cpu && strstr(cpu, "cpu=") && strstr(cpu, "features=+"), "%s", cpu);
@@ -1277,7 +1199,7 @@ typedef struct thread_job {
 static void *compile_thread(void *p)
 {
     thread_job *j = p;
-    const cg_llvm_api *api = llvm_api();
+    const cg_llvm_api *api = kb_llvm_api(NULL);
     j->ok = true;
     for (int rep = 0; rep < 3 && j->ok; rep++) {
         kir_kernel k;
@@ -1310,7 +1232,7 @@ static void *compile_thread(void *p)
 
 Test(codegen, concurrent_compiles)
 {
-    llvm_api();
+    kb_llvm_api(NULL);
     pthread_t th[4];
     thread_job jobs[4];
     for (int i = 0; i < 4; i++) {
@@ -1857,7 +1779,7 @@ Test(kcache, directory_from_environment)
  * read it back, load it without LLVM and run it. */
 Test(kcache, compiled_kernel_round_trip)
 {
-    const cg_llvm_api *api = llvm_api();
+    const cg_llvm_api *api = kb_llvm_api(NULL);
     char *dir = temp_dir();
     kc_cache *c = open_at(dir, 0);
     kir_kernel k;
@@ -1900,7 +1822,7 @@ Test(kcache, compiled_kernel_round_trip)
  * kernels. Elements around the written range stay untouched. */
 Test(codegen, streaming_stores_write_the_same_values)
 {
-    const cg_llvm_api *api = llvm_api();
+    const cg_llvm_api *api = kb_llvm_api(NULL);
     static const burnc_dtype_t dts[] = {BURNC_DTYPE_F32, BURNC_DTYPE_F64, BURNC_DTYPE_F16, BURNC_DTYPE_U8};
     enum { N = 1000, PAD = 64 };
     for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++) {

@@ -245,12 +245,14 @@ Test(cuda_mma, square_every_tile_and_type)
 Test(cuda_mma, odd_sizes_zero_filled_edges)
 {
     burnc_device_t *dev = open_gpu();
-    /* (700 rows: 11 block rows with 64 x 64 tiles, so the last group of 8 is partial) */
+    /* (700 rows: 11 block rows with 64 x 64 tiles, so the last group of 8 is partial; K 300 and
+     * 520 run K tiles through the loop that skips the k edge, then the edge loop, with m and n
+     * edges cutting chunks in both) */
     static const int64_t sizes[][3] = {{77, 45, 37}, {1, 1, 1}, {129, 257, 65}, {3, 200, 300}, {200, 3, 9},
-                                       {700, 130, 64}};
+                                       {700, 130, 64}, {200, 136, 520}};
     for (int t = 0; t < 3; t++)
         for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
-            for (int tile = 0; tile < CG_MMA_N_TILES; tile += 2) {
+            for (int tile = 0; tile < CG_MMA_N_TILES; tile++) {
                 mm_case c = dense(TYPES[t], sizes[s][0], sizes[s][1], sizes[s][2], 8, tile);
                 run_case(dev, &c, 100 + s);
             }
@@ -259,16 +261,18 @@ Test(cuda_mma, odd_sizes_zero_filled_edges)
     BT_LEAK_CHECK();
 }
 
-/* Every storage order of A and B (ldmatrix and ldmatrix.trans), batched, with B broadcast. */
+/* Every storage order of A and B (ldmatrix and ldmatrix.trans), batched, with B broadcast;
+ * K long enough for the loop that skips the k edge; each tile meets each type in some layout
+ * (two tiles per type and layout keep the kernels built per device few). */
 Test(cuda_mma, transposed_and_batched_operands)
 {
     burnc_device_t *dev = open_gpu();
-    int64_t m = 70, n = 90, k = 100, pm = 72, pn = 96, pk = 104;
+    int64_t m = 70, n = 90, k = 300, pm = 72, pn = 96, pk = 304;
     for (int t = 0; t < 3; t++)
         for (int lay = 0; lay < 4; lay++)
             for (int bcast = 0; bcast < 2; bcast++) {
                 mm_case c = {.dt = TYPES[t], .tf32 = TYPES[t] == BURNC_DTYPE_F32, .batch = 3, .m = m, .n = n, .k = k,
-                             .tile = lay % 2 ? 0 : 2};
+                             .tile = (lay * 2 + bcast + t * 3) % CG_MMA_N_TILES};
                 if (lay & 1) /* A stored k x m (m contiguous) */
                     c.a_rs = 1, c.a_ks = pm, c.a_bs = k * pm;
                 else
@@ -562,7 +566,14 @@ Test(cuda_mma, ptx_every_variant_assembles)
                               names[t], tile);
                     if (t == CG_MMA_TF32) {
                         cr_expect(strstr(ptx, "cvt.rna.tf32.f32"), "tf32: inputs not rounded with cvt.rna");
-                        cr_expect(!strstr(ptx, "ldmatrix"), "tf32 cannot use ldmatrix (16-bit only)");
+                        /* ldmatrix moves 32-bit words only untransposed: for an operand whose k is
+                         * contiguous */
+                        bool k_contig = !(lay & 1) || (lay & 2);
+                        cr_expect(!k_contig == !strstr(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"),
+                                  "tf32 layout %d: ldmatrix %s", lay,
+                                  k_contig ? "missing" : "where no operand has k contiguous");
+                        cr_expect(!strstr(ptx, "ldmatrix.sync.aligned.m8n8.x4.trans"),
+                                  "tf32 cannot use ldmatrix.trans");
                     } else {
                         bool trans = (lay & 1) || !(lay & 2); /* A m-major, or B n-major */
                         cr_expect(strstr(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16") || !(!(lay & 1) || (lay & 2)),

@@ -5,6 +5,7 @@
  * the plans are replayed in C: every position, row and leaf covered by exactly one thread or
  * warp, the parameter words where ptx.h says. */
 #include <dlfcn.h>
+#include <math.h>
 #include <regex.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -771,6 +772,9 @@ Test(ptx, bench_kernels)
     cr_assert(ptx_lines(ptx, CG_PTX_ENTRY_ROWS_SMEM, "ld.global.nc.v4") > 0, "softmax: no 16-byte row copy");
     cr_assert(ptx_lines(ptx, CG_PTX_ENTRY_ROWS_SMEM, "st.global.v4") > 0, "softmax: no 16-byte stores");
     cr_assert(strstr(ptx, ".maxnreg 40"), "softmax: no register cap on the shared-memory row entry");
+    /* the max taken during the copy, NaN-propagating, the warps' results through shared memory */
+    cr_assert(ptx_lines(ptx, CG_PTX_ENTRY_ROWS_SMEM, "max.NaN.f32") > 0, "softmax: the max is not taken in the copy");
+    cr_assert(strstr(ptx, "burnc_sh_part"), "softmax: no shared array of the warps' partial maxima");
     report_entry(ptx, k.name, CG_PTX_ENTRY_ROWS_SMEM, 40);
     free(ptx);
     kir_free(&k);
@@ -782,6 +786,7 @@ Test(ptx, bench_kernels)
     cr_assert_eq(p.launch[0].shared_bytes, 32768u);
     ptx = gen_ptx(&k, NULL);
     cr_assert(ptx_lines(ptx, CG_PTX_ENTRY_ROWS_SMEM, "ld.global.nc.v4") > 0, "layer_norm: no 16-byte row copy");
+    cr_assert(!strstr(ptx, "max.NaN.f32"), "layer_norm: sums have no order-free path");
     report_entry(ptx, k.name, CG_PTX_ENTRY_ROWS_SMEM, 40);
     free(ptx);
     kir_free(&k);
@@ -1457,6 +1462,72 @@ Test(ptx, reduction_orders_agree)
     BT_LEAK_CHECK();
 }
 
+/* IEEE maximum (minimum): NaN if either is, -0 below +0; the order-free fold of the copy. */
+static float ieee_max(float a, float b, bool max)
+{
+    if (isnan(a) || isnan(b))
+        return NAN;
+    if (a == b)
+        return (signbit(a) != 0) == max ? b : a; /* max keeps +0, min keeps -0 */
+    return (a > b) == max ? a : b;
+}
+
+/* The shared-memory row entry folds a max (min) stage of an f32 input during its copy, in no
+ * kernel.h order (codegen/llvm_ptx.c, fast_stage), and keeps that result unless it is a zero or
+ * a NaN, where kernel.h's order decides which of the equal elements wins (+0 or -0, which
+ * payload). Against kir_eval on rows of ties, signed zeros, infinities, subnormals and NaNs:
+ * the same bits whenever it is kept, and a zero or NaN exactly when kir_eval's is one. */
+Test(ptx, fast_max_exact_unless_zero_or_nan)
+{
+    enum { ROWS = 64, N = 9000 };
+    static const float pool[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.5f, -2.5f, INFINITY, -INFINITY, 0x1p-149f, -0x1p-149f};
+    float *x = malloc((size_t)ROWS * N * sizeof *x), want[ROWS];
+    cr_assert(x);
+    uint64_t st = 0x2545f4914f6cdd1dull;
+    for (int comb = KIR_COMBINE_MAX; comb <= KIR_COMBINE_MIN; comb++) {
+        bool max = comb == KIR_COMBINE_MAX;
+        kir_kernel k;
+        kir_init(&k, 2, 1);
+        int a = in_slot(&k, BURNC_DTYPE_F32, "21"), o = out_slot(&k, BURNC_DTYPE_F32, "20");
+        STAGE(&k, comb, LD(&k, a));
+        STORE(&k, o, REDUCED(&k, 0), true);
+        for (int r = 0; r < ROWS; r++)
+            for (int j = 0; j < N; j++) {
+                st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+                float v = pool[st % COUNT(pool)];
+                if (r % 4 == 1 && st % 997 == 0) { /* NaNs of several payloads and signs */
+                    uint32_t bits = 0x7fc00000u | (uint32_t)(st >> 40 & 0x3fffff) | (uint32_t)(st >> 63) << 31;
+                    memcpy(&v, &bits, sizeof v);
+                }
+                if (r % 4 == 2 && v != 0.0f) /* nothing beyond the zeros (of both signs) */
+                    v = max ? -fabsf(v) : fabsf(v);
+                x[(size_t)r * N + (size_t)j] = v;
+            }
+        void *ins[1] = {x}, *outs[1] = {want};
+        int64_t ext[2] = {ROWS, N}, in_off[1] = {0}, out_off[1] = {0}, in_str[2] = {N, 1}, out_str[2] = {1, 0};
+        kir_args args = {.inputs = ins, .outputs = outs, .extents = ext, .in_offsets = in_off, .in_strides = in_str,
+                         .out_offsets = out_off, .out_strides = out_str};
+        cr_assert_eq(kir_eval(&k, &args), BURNC_OK);
+        int kept = 0, exact = 0;
+        for (int r = 0; r < ROWS; r++) {
+            float fast = max ? -INFINITY : INFINITY;
+            for (int j = N - 1; j >= 0; j--) /* another order than kernel.h's */
+                fast = ieee_max(fast, x[(size_t)r * N + (size_t)((j * 7919) % N)], max);
+            bool special = isnan(fast) || fast == 0.0f;
+            cr_assert_eq(special, isnan(want[r]) || want[r] == 0.0f, "row %d: fast %a, kernel order %a", r,
+                         (double)fast, (double)want[r]);
+            if (!special)
+                cr_assert(!memcmp(&fast, &want[r], sizeof fast), "row %d: fast %a, kernel order %a", r, (double)fast,
+                          (double)want[r]);
+            kept += !special, exact += special;
+        }
+        cr_assert(kept > 0 && exact > 0, "%d rows kept the fast result, %d took kernel.h's order", kept, exact);
+        kir_free(&k);
+    }
+    free(x);
+    BT_LEAK_CHECK();
+}
+
 /* Few long rows of a one-stage kernel: leaves, tree passes, finish; scratch asked for first. */
 Test(ptx, plan_multipass)
 {
@@ -1606,27 +1677,36 @@ Test(ptx, gpu_rows_match_cpu)
         cr_skip_test("cpu is not available to compare with: %s", burnc_error_message());
     }
     static const int64_t shapes[][2] = {{37, 8192}, {5, 4100}, {3, 6001}, {4, 16384}, {2, 16388}, {9, 4097}};
-    for (size_t s = 0; s < COUNT(shapes); s++)
-        for (int op = 0; op < 3; op++)
-            for (int view = 0; view < 3; view++) {
-                int64_t rows = shapes[s][0], n = shapes[s][1], total = rows * (n + 1);
-                float *data = malloc((size_t)total * sizeof *data), *a = malloc((size_t)(rows * n) * sizeof *a),
-                      *b = malloc((size_t)(rows * n) * sizeof *b);
-                cr_assert(data && a && b);
-                uint64_t st = 0x9e3779b97f4a7c15u * (s * 9 + (size_t)op * 3 + (size_t)view + 1);
-                for (int64_t i = 0; i < total; i++) {
-                    st ^= st << 13, st ^= st >> 7, st ^= st << 17;
-                    data[i] = (float)((double)(st >> 11) * 0x1p-53 * 16 - 8);
+    /* zeros 1: rows of values <= 0 with zeros of both signs, so the row max is a zero and the
+     * shared-memory row entry redoes the max in kernel.h's order (its tie decides the sign) */
+    for (int zeros = 0; zeros < 2; zeros++) {
+        for (size_t s = 0; s < COUNT(shapes); s++)
+            for (int op = 0; op < 3; op++)
+                for (int view = 0; view < 3; view++) {
+                    if (zeros && (op == 2 || s >= 3))
+                        continue;
+                    int64_t rows = shapes[s][0], n = shapes[s][1], total = rows * (n + 1);
+                    float *data = malloc((size_t)total * sizeof *data), *a = malloc((size_t)(rows * n) * sizeof *a),
+                          *b = malloc((size_t)(rows * n) * sizeof *b);
+                    cr_assert(data && a && b);
+                    uint64_t st = 0x9e3779b97f4a7c15u * (s * 9 + (size_t)op * 3 + (size_t)view + 1);
+                    for (int64_t i = 0; i < total; i++) {
+                        st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+                        data[i] = (float)((double)(st >> 11) * 0x1p-53 * 16 - 8);
+                        if (zeros)
+                            data[i] = st % 5 == 0 ? (st & 8 ? 0.0f : -0.0f) : -fabsf(data[i]);
+                    }
+                    data[3] = -0.0f, data[4] = 0.0f; /* a signed-zero tie for the max */
+                    row_op(gpu, data, rows, n, op, view, a);
+                    row_op(cpu, data, rows, n, op, view, b);
+                    for (int64_t i = 0; i < rows * n; i++)
+                        cr_assert(!memcmp(&a[i], &b[i], sizeof *a),
+                                  "%lld x %lld, op %d, view %d, zeros %d: element %lld is %a on cuda:0, %a on cpu",
+                                  (long long)rows, (long long)n, op, view, zeros, (long long)i, (double)a[i],
+                                  (double)b[i]);
+                    free(data), free(a), free(b);
                 }
-                data[3] = -0.0f, data[4] = 0.0f; /* a signed-zero tie for the max */
-                row_op(gpu, data, rows, n, op, view, a);
-                row_op(cpu, data, rows, n, op, view, b);
-                for (int64_t i = 0; i < rows * n; i++)
-                    cr_assert(!memcmp(&a[i], &b[i], sizeof *a),
-                              "%lld x %lld, op %d, view %d: element %lld is %a on cuda:0, %a on cpu", (long long)rows,
-                              (long long)n, op, view, (long long)i, (double)a[i], (double)b[i]);
-                free(data), free(a), free(b);
-            }
+    }
     burnc_device_release(cpu);
     burnc_device_release(gpu);
     BT_LEAK_CHECK();

@@ -50,7 +50,7 @@ static void host_name(char *out, size_t cap)
 
 static int cpu_enumerate(burnc_device_info_t *out, int cap)
 {
-    if (!cpu_llvm_module_available())
+    if (!rt_llvm_module_available())
         return 0;
     if (out && cap >= 1) {
         out[0] = (burnc_device_info_t){.type = BURNC_DEVICE_CPU};
@@ -80,7 +80,7 @@ static burnc_status_t cpu_open(rt_device *dev, int index)
         return rt_fail(BURNC_ERR_UNAVAILABLE, "burnc_device_open: %s: the host is one cpu device (\"cpu\")",
                        dev->spec);
     char why[512];
-    if (!cpu_llvm_module_find(why, sizeof why))
+    if (!rt_llvm_module_find(why, sizeof why))
         return rt_fail(BURNC_ERR_UNAVAILABLE, "burnc_device_open: %s: %s", dev->spec, why);
     cpu_device *cd = calloc(1, sizeof *cd);
     if (!cd)

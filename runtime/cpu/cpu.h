@@ -8,6 +8,7 @@
 #define BURNC_CPU_H
 
 #include "codegen/cg.h"
+#include "llvm_module.h"
 #include "rt.h"
 
 /* ---- Buffers (backend.c) ------------------------------------------------------------------ */
@@ -71,15 +72,6 @@ void cpu_kernel_cache_free(cpu_kernel_cache *c);
 burnc_status_t cpu_kernel_get(cpu_kernel_cache *c, const kir_kernel *k, uint64_t key, int width, rt_kernel **out);
 /* The width the code generator uses by default on this host (16 with AVX-512, else 8). */
 int cpu_default_width(void);
-/* Whether the LLVM module has been loaded into this process (for tests and logs). */
-bool cpu_llvm_loaded(void);
-/* Whether the LLVM module's file is there (without loading it); false with the reason. */
-bool cpu_llvm_module_find(char *why, size_t why_cap);
-bool cpu_llvm_module_available(void);
-
-/* The LLVM module's table, loading it on first use; NULL with the last error set when it
- * cannot be loaded. */
-const cg_llvm_api *cpu_llvm_api(void);
 
 /* ---- Matmul (gemm.c) ---------------------------------------------------------------------- */
 /* The size of the data caches of a level (1, 2, 3: the last), from sysfs (else defaults). */

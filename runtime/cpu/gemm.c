@@ -162,7 +162,7 @@ static cg_gemm_fn uk_build(const cg_gemm_spec *s, cg_cpu_kernel *obj)
             return as_gemm(obj);
         rt_log("codegen", "gemm micro-kernel: cached object unusable (%s): compiling again", err);
     }
-    const cg_llvm_api *api = cpu_llvm_api();
+    const cg_llvm_api *api = rt_llvm_api();
     if (!api) {
         rt_log("codegen", "gemm micro-kernel: %s: the portable kernel runs instead", burnc_error_message());
         burnc_error_clear();

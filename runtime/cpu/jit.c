@@ -1,10 +1,6 @@
 /* Compiled kernels of the cpu device: a memory cache by structure, the disk cache of compiled
- * objects, and the LLVM code generator, a shared module (burnc-llvm.so) opened with dlopen on
- * the first compile only, so a process that never compiles never maps libLLVM (DESIGN.md). */
-#define _GNU_SOURCE /* dladdr */
-#include <dlfcn.h>
+ * objects, and the LLVM code generator (runtime/llvm_module.h), loaded on the first compile. */
 #include <errno.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,102 +20,6 @@
 #define COMPILER_ID "llvm-19"
 #endif
 
-#define LLVM_MODULE_NAME "burnc-llvm.so"
-
-/* ---- Finding and loading the LLVM module ---- */
-
-/* BURNC_LLVM_MODULE when set (a test executable linked statically has no libburnc.so to
- * stand beside), else burnc-llvm.so in the directory of the file holding this code, else in
- * the library directory burnc was installed to (programs linked statically, like burnc-tune,
- * live in bin/). */
-static bool module_path(char *out, size_t cap, char *why, size_t why_cap)
-{
-    const char *env = getenv("BURNC_LLVM_MODULE");
-    if (env && *env) {
-        snprintf(out, cap, "%s", env);
-        return true;
-    }
-    Dl_info info;
-    char real[PATH_MAX];
-    if (!dladdr((void *)module_path, &info) || !info.dli_fname || !realpath(info.dli_fname, real)) {
-        snprintf(why, why_cap, "cannot locate libburnc to find %s beside it (set BURNC_LLVM_MODULE)",
-                 LLVM_MODULE_NAME);
-        return false;
-    }
-    snprintf(out, cap, "%s/%s", dirname(real), LLVM_MODULE_NAME);
-#ifdef BURNC_LIBDIR
-    char installed[PATH_MAX];
-    snprintf(installed, sizeof installed, "%s/%s", BURNC_LIBDIR, LLVM_MODULE_NAME);
-    if (access(out, R_OK) != 0 && access(installed, R_OK) == 0)
-        snprintf(out, cap, "%s", installed);
-#endif
-    return true;
-}
-
-bool cpu_llvm_module_find(char *why, size_t why_cap)
-{
-    char path[PATH_MAX + 32];
-    if (!module_path(path, sizeof path, why, why_cap))
-        return false;
-    if (access(path, R_OK) != 0) {
-        snprintf(why, why_cap, "the LLVM code generator %.300s is missing (%s)", path, strerror(errno));
-        return false;
-    }
-    return true;
-}
-
-bool cpu_llvm_module_available(void)
-{
-    char why[512];
-    return cpu_llvm_module_find(why, sizeof why);
-}
-
-static struct {
-    once_flag once;
-    const cg_llvm_api *api;
-    atomic_bool loaded;
-    char error[PATH_MAX + 640];
-} llvm = {.once = ONCE_FLAG_INIT};
-
-static void llvm_load(void)
-{
-    char path[PATH_MAX + 32];
-    if (!module_path(path, sizeof path, llvm.error, sizeof llvm.error))
-        return;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *e = dlerror();
-        snprintf(llvm.error, sizeof llvm.error, "cannot load the LLVM code generator: %s", e ? e : path);
-        return;
-    }
-    atomic_store(&llvm.loaded, true);
-    const cg_llvm_api *api = dlsym(h, "burnc_llvm_api");
-    if (!api || api->abi != CG_LLVM_ABI) {
-        /* the module stays mapped: libLLVM is NODELETE anyway, and a half-loaded module is rare */
-        snprintf(llvm.error, sizeof llvm.error, "%s: %s", path,
-                 api ? "built for another burnc (ABI mismatch)" : "no burnc_llvm_api table");
-        return;
-    }
-    llvm.api = api;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    rt_log("codegen", "loaded %s (LLVM %s) in %.1f ms", path, api->llvm_version,
-           (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
-}
-
-static const cg_llvm_api *llvm_api(void)
-{
-    call_once(&llvm.once, llvm_load);
-    if (!llvm.api)
-        rt_fail(BURNC_ERR_UNAVAILABLE, "cpu: %s", llvm.error);
-    return llvm.api;
-}
-
-const cg_llvm_api *cpu_llvm_api(void) { return llvm_api(); }
-
-bool cpu_llvm_loaded(void) { return atomic_load(&llvm.loaded); }
-
 /* ---- The memory cache ---- */
 
 void cpu_kernel_cache_init(cpu_kernel_cache *c)
@@ -132,8 +32,8 @@ static void kernel_free(rt_kernel *k)
 {
     if (k->from_object)
         cg_object_release(&k->fn);
-    else if (llvm.api)
-        llvm.api->release_cpu(&k->fn);
+    else /* compiled here, so the module is loaded */
+        rt_llvm_api()->release_cpu(&k->fn);
     kir_free(&k->ir);
     free(k);
 }
@@ -299,7 +199,7 @@ static bool load_from_disk(kc_cache *disk, uint64_t disk_key, rt_kernel *k)
 
 static burnc_status_t compile_llvm(kc_cache *disk, uint64_t disk_key, rt_kernel *k, bool *stored)
 {
-    const cg_llvm_api *api = llvm_api();
+    const cg_llvm_api *api = rt_llvm_api();
     if (!api)
         return BURNC_ERR_UNAVAILABLE;
     char err[1024] = "";

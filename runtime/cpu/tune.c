@@ -25,11 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "autotune.h"
-#include "burnc_config.h"
 #include "codegen/kcache.h"
 #include "cpu.h"
-#include "kernel_io.h"
+#include "launch.h"
 
 enum { N_WIDTHS = 3, N_TASKS = 3, N_CANDS = N_WIDTHS * N_TASKS * 2 };
 static const int WIDTHS[N_WIDTHS] = {8, 16, 32};
@@ -70,14 +68,8 @@ static void init(void)
     /* The host (CPUID: model and ISA features), its core count, the pool's size (what the
      * tuned split depends on) and the compiler. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    snprintf(fingerprint, sizeof fingerprint, "cpu %s | %ld cores | %d threads | llvm %s | burnc %s",
-             kc_host_fingerprint(), cores > 0 ? cores : 1, cpu_thread_count_default(),
-#ifdef BURNC_LLVM_VERSION
-             BURNC_LLVM_VERSION,
-#else
-             "none",
-#endif
-             BURNC_VERSION);
+    snprintf(fingerprint, sizeof fingerprint, "cpu %s | %ld cores | %d threads | " AT_LLVM_BURNC,
+             kc_host_fingerprint(), cores > 0 ? cores : 1, cpu_thread_count_default());
 }
 
 const char *cpu_tune_fingerprint(void)
@@ -86,93 +78,40 @@ const char *cpu_tune_fingerprint(void)
     return fingerprint;
 }
 
-/* ---- Keys ---- */
-
-static void shape_of(const kir_kernel *k, const int64_t *ext, int64_t *rows, int64_t *len)
-{
-    *rows = *len = 1;
-    for (int d = 0; d < k->rank; d++)
-        *(d < k->n_outer ? rows : len) *= ext[d];
-}
-
-static bool is_reduce(const kir_kernel *k) { return k->n_stages > 0 || k->n_outer < k->rank; }
-
 /* ---- Timing a candidate on private buffers ---- */
 
 typedef struct bench {
     rt_device *dev;
-    const kir_kernel *ir;
-    uint64_t key;
-    kir_args args; /* over the private buffers */
-    int64_t in_off[KIR_MAX_INPUTS], out_off[KIR_MAX_OUTPUTS];
+    at_launch l;
     void *in_buf[KIR_MAX_INPUTS], *out_buf[KIR_MAX_OUTPUTS];
 } bench;
 
-/* The element span a slot's offset and strides reach over the extents: [lo, hi]. */
-static void span(const kir_kernel *k, const int64_t *ext, int64_t off, const int64_t *st, int64_t *lo, int64_t *hi)
+static bool bench_put(void *user, bool out, int i, void *host, size_t bytes)
 {
-    *lo = *hi = off;
-    for (int d = 0; d < k->rank; d++) {
-        if (ext[d] == 0) {
-            *lo = *hi = off;
-            return;
-        }
-        int64_t reach = (ext[d] - 1) * st[d];
-        *(reach < 0 ? lo : hi) += reach;
-    }
+    (void)bytes;
+    bench *b = user;
+    (out ? b->out_buf : b->in_buf)[i] = host;
+    return true;
 }
 
-static void fill(void *p, burnc_dtype_t dt, int64_t n, uint64_t seed)
+static bool bench_init(void *user)
 {
-    uint64_t s = seed * 0x9e3779b97f4a7c15u + 1;
-    for (int64_t i = 0; i < n; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        double v = (double)(s >> 11) * 0x1p-53 * 4 - 2; /* [-2, 2): finite, normal, no NaN */
-        switch (dt) {
-        case BURNC_DTYPE_F32: ((float *)p)[i] = (float)v; break;
-        case BURNC_DTYPE_F64: ((double *)p)[i] = v; break;
-        case BURNC_DTYPE_F16: ((uint16_t *)p)[i] = burnc_f32_to_f16((float)v); break;
-        case BURNC_DTYPE_BF16: ((uint16_t *)p)[i] = burnc_f32_to_bf16((float)v); break;
-        case BURNC_DTYPE_I32: ((int32_t *)p)[i] = (int32_t)(s % 200) - 100; break;
-        case BURNC_DTYPE_I64: ((int64_t *)p)[i] = (int64_t)(s % 200) - 100; break;
-        case BURNC_DTYPE_U8: ((uint8_t *)p)[i] = (uint8_t)s; break;
-        default: ((uint8_t *)p)[i] = (uint8_t)(s & 1); break;
-        }
-    }
+    bench *b = user;
+    cpu_queue_drain(cpu_dev(b->dev)->queue); /* the pool must be free to time on it */
+    if (!at_launch_private(&b->l, bench_put, b))
+        return false;
+    b->l.args.inputs = b->in_buf;
+    b->l.args.outputs = b->out_buf;
+    return true;
 }
 
-static void bench_free(bench *b)
+static void bench_free(void *user)
 {
+    bench *b = user;
     for (int i = 0; i < KIR_MAX_INPUTS; i++)
         free(b->in_buf[i]);
     for (int o = 0; o < KIR_MAX_OUTPUTS; o++)
         free(b->out_buf[o]);
-}
-
-/* Private buffers covering what the launch's layout reaches, offsets moved to match. */
-static bool bench_init(bench *b, rt_device *dev, const kir_kernel *k, uint64_t key, const kir_args *a)
-{
-    memset(b, 0, sizeof *b);
-    b->dev = dev, b->ir = k, b->key = key, b->args = *a;
-    for (int s = 0; s < k->n_inputs + k->n_outputs; s++) {
-        bool out = s >= k->n_inputs;
-        int i = out ? s - k->n_inputs : s;
-        burnc_dtype_t dt = out ? k->outputs[i].dtype : k->inputs[i].dtype;
-        int64_t off = out ? a->out_offsets[i] : a->in_offsets[i], lo, hi;
-        span(k, a->extents, off, (out ? a->out_strides : a->in_strides) + (size_t)i * (size_t)k->rank, &lo, &hi);
-        size_t bytes = (size_t)(hi - lo + 1) * burnc_dtype_size(dt);
-        void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-        if (!p)
-            return false;
-        fill(p, dt, hi - lo + 1, (uint64_t)s);
-        *(out ? &b->out_buf[i] : &b->in_buf[i]) = p;
-        *(out ? &b->out_off[i] : &b->in_off[i]) = off - lo;
-    }
-    b->args.inputs = b->in_buf;
-    b->args.outputs = b->out_buf;
-    b->args.in_offsets = b->in_off;
-    b->args.out_offsets = b->out_off;
-    return true;
 }
 
 static double now_ms(void)
@@ -194,13 +133,13 @@ static double time_candidate(void *user, int c)
     cpu_params p = params_of(c);
     rt_kernel *k = NULL;
     cpu_device *cd = cpu_dev(b->dev);
-    if (cpu_kernel_get(&cd->kernels, b->ir, b->key, p.width, &k) != BURNC_OK)
+    if (cpu_kernel_get(&cd->kernels, b->l.ir, b->l.key, p.width, &k) != BURNC_OK)
         return -1;
-    b->args.stream = cpu_stream_bits(b->ir, p.stream);
+    b->l.args.stream = cpu_stream_bits(b->l.ir, p.stream);
     int runs = 0;
     double t0 = now_ms(), t;
     do {
-        if (cpu_run_kernel(cd->threads, k, &b->args, &p) != BURNC_OK)
+        if (cpu_run_kernel(cd->threads, k, &b->l.args, &p) != BURNC_OK)
             return -1;
         runs++;
         t = now_ms() - t0;
@@ -208,40 +147,16 @@ static double time_candidate(void *user, int c)
     return t / runs;
 }
 
-/* ---- Decisions ---- */
+static const at_bench cpu_bench = {bench_init, time_candidate, bench_free};
 
-static void record_launch(const kir_kernel *k, const kir_args *a)
-{
-    const char *rec = getenv("BURNC_AUTOTUNE_RECORD");
-    if (!rec || !*rec)
-        return;
-    kir_layout l = {.n_scalars = k->n_scalars};
-    memcpy(l.extents, a->extents, (size_t)k->rank * sizeof *l.extents);
-    memcpy(l.in_offsets, a->in_offsets, (size_t)k->n_inputs * sizeof *l.in_offsets);
-    memcpy(l.in_strides, a->in_strides, (size_t)(k->n_inputs * k->rank) * sizeof *l.in_strides);
-    memcpy(l.out_offsets, a->out_offsets, (size_t)k->n_outputs * sizeof *l.out_offsets);
-    memcpy(l.out_strides, a->out_strides, (size_t)(k->n_outputs * k->rank) * sizeof *l.out_strides);
-    if (k->n_scalars > 0 && k->n_scalars <= 64)
-        memcpy(l.scalars, a->scalars, (size_t)k->n_scalars * sizeof *l.scalars);
-    char *text = kir_encode(k, &l);
-    if (!text)
-        return;
-    size_t n = strlen(text) + 8;
-    char *line = malloc(n);
-    if (line) {
-        snprintf(line, n, "cpu:%s", text);
-        at_record_line(line);
-        free(line);
-    }
-    free(text);
-}
+/* ---- Decisions ---- */
 
 /* Whether an output reaches beyond the last-level cache: the heuristic's reason to stream. */
 static bool large_output(const kir_kernel *k, const kir_args *a)
 {
     for (int o = 0; o < k->n_outputs; o++) {
         int64_t lo, hi;
-        span(k, a->extents, a->out_offsets[o], a->out_strides + (size_t)o * (size_t)k->rank, &lo, &hi);
+        at_launch_span(k, a->extents, a->out_offsets[o], a->out_strides + (size_t)o * (size_t)k->rank, &lo, &hi);
         if ((size_t)(hi - lo + 1) * burnc_dtype_size(k->outputs[o].dtype) >= llc_bytes)
             return true;
     }
@@ -253,7 +168,7 @@ burnc_status_t cpu_tune_choose(rt_device *dev, const kir_kernel *k, uint64_t key
 {
     call_once(&init_once, init);
     int64_t rows, len;
-    shape_of(k, a->extents, &rows, &len);
+    at_launch_rows(k, a->extents, &rows, &len);
     bool large = large_output(k, a);
     int default_width = cpu_default_width();
     int heuristic = index_of(default_width, 1 << 16, large);
@@ -265,25 +180,13 @@ burnc_status_t cpu_tune_choose(rt_device *dev, const kir_kernel *k, uint64_t key
         /* a larger task than one that already holds the whole launch runs the same way */
         valid[c] = (t == 0 || TASKS[t - 1] < work) && !(p.stream && !k->n_outputs);
     }
-    at_buckets bk = at_get_buckets();
     char akey[160];
-    snprintf(akey, sizeof akey, "k%016llx r%lld l%lld", (unsigned long long)key, (long long)at_bucket(rows, bk),
-             (long long)at_bucket(len, bk));
-    at_query q = {.fingerprint = fingerprint, .family = is_reduce(k) ? &fam_reduce : &fam_elementwise,
+    at_launch_key(akey, sizeof akey, key, rows, len);
+    at_query q = {.fingerprint = fingerprint, .family = at_launch_is_reduce(k) ? &fam_reduce : &fam_elementwise,
                   .key = akey, .heuristic = heuristic, .valid = valid};
-    record_launch(k, a);
-    bench b;
-    bool timing = may_tune && at_get_mode() == AT_MODE_ON;
-    if (timing) {
-        cpu_queue_drain(cpu_dev(dev)->queue);
-        if (!bench_init(&b, dev, k, key, a)) {
-            bench_free(&b);
-            timing = false;
-        }
-    }
-    int c = at_decide(&q, timing ? time_candidate : NULL, timing ? &b : NULL, how);
-    if (timing)
-        bench_free(&b);
+    at_launch_record("cpu", k, a);
+    bench b = {.dev = dev, .l = {.ir = k, .key = key, .user = a}};
+    int c = at_launch_decide(&q, may_tune, &cpu_bench, &b, how);
     *out = params_of(c);
     return BURNC_OK;
 }

@@ -14,6 +14,7 @@
 
 #include "codegen/cg.h"
 #include "codegen/ptx.h"
+#include "llvm_module.h"
 #include "rt.h"
 
 /* ---- The driver API subset, declared here (values of the driver's cuda.h) so that burnc
@@ -289,9 +290,5 @@ burnc_status_t cuda_tune_choose(rt_device *dev, const kir_kernel *k, uint64_t ke
                                 bool may_tune, cg_ptx_options *out, struct at_outcome *how);
 const char *cuda_tune_fingerprint(rt_device *dev);
 burnc_status_t cuda_tune_kernel(rt_device *dev, const kir_kernel *k, const kir_args *args, struct at_outcome *out);
-
-/* The LLVM module's table (runtime/cpu/jit.c loads it once per process for every backend);
- * NULL with the last error set when it cannot be loaded. */
-const cg_llvm_api *cpu_llvm_api(void);
 
 #endif

@@ -179,7 +179,7 @@ static burnc_status_t ptx_of(rt_device *dev, cuda_gemm_state *g, const cg_ptx_ge
         }
         free(cached);
     }
-    const cg_llvm_api *api = cpu_llvm_api();
+    const cg_llvm_api *api = rt_llvm_api();
     if (!api) {
         char why[400];
         snprintf(why, sizeof why, "%s", burnc_error_message());

@@ -290,7 +290,7 @@ static kc_cache *disk_cache(cuda_kernel_cache *c)
 /* PTX from the LLVM module (malloc'ed, NUL-terminated). */
 static burnc_status_t generate_ptx(rt_device *dev, const rt_kernel *k, char **ptx, size_t *size)
 {
-    const cg_llvm_api *api = cpu_llvm_api();
+    const cg_llvm_api *api = rt_llvm_api();
     if (!api) {
         char why[400]; /* the last error is the format's destination: copy it first */
         snprintf(why, sizeof why, "%s", burnc_error_message());

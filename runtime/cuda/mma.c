@@ -81,11 +81,15 @@ int cuda_test_mma_builds(rt_device *dev)
     return c ? atomic_load(&c->builds) : 0;
 }
 
+/* The generator's revision leads the text, which keys the disk cache too: PTX or a cubin
+ * cached by an older generator is never loaded for a newer one. */
+enum { GENERATOR_REV = 2 };
 static void describe(const cg_mma_spec *s, char *out, size_t cap)
 {
     static const char *types[] = {"f16", "bf16", "tf32"};
-    snprintf(out, cap, "mma %s sm_%d %dx%dx%d w%dx%d s%d a%s b%s", types[s->type], s->sm, s->bm, s->bn, s->bk, s->wm,
-             s->wn, s->stages, s->a_mmajor ? "m" : "k", s->b_kmajor ? "k" : "n");
+    snprintf(out, cap, "mma r%d %s sm_%d %dx%dx%d w%dx%d s%d c%d p%d a%s b%s", GENERATOR_REV, types[s->type], s->sm,
+             s->bm, s->bn, s->bk, s->wm, s->wn, s->stages, s->min_blocks, s->pipe, s->a_mmajor ? "m" : "k",
+             s->b_kmajor ? "k" : "n");
 }
 
 /* ---- Building a kernel ---- */
@@ -104,7 +108,7 @@ static kc_cache *disk_of(cuda_mma_cache *c)
 
 static burnc_status_t generate(rt_device *dev, const cg_mma_spec *s, const char *name, char **ptx)
 {
-    const cg_llvm_api *api = cpu_llvm_api();
+    const cg_llvm_api *api = rt_llvm_api();
     if (!api) {
         char why[400]; /* the last error is the format's destination: copy it first */
         snprintf(why, sizeof why, "%s", burnc_error_message());
@@ -244,12 +248,12 @@ static int choose_tile(rt_device *dev, const cuda_mm_problem *p)
     const char *env = getenv("BURNC_CUDA_MMA_TILE");
     if (env && env[0] >= '0' && env[0] < '0' + CG_MMA_N_TILES && !env[1])
         return env[0] - '0';
-    /* 64 x 64 warp tiles read shared memory least per mma, but only pay with two waves or more
-     * of their 128 x 256 blocks; fewer 128 x 128 tiles than SMs leaves SMs idle: 64 x 64 ones */
+    /* 64 x 64 warp tiles read shared memory least per mma; tile 4's blocks of 4 such warps run
+     * two per SM, so one block's barrier and copies hide behind the other's mma. Fewer
+     * 128 x 128 tiles than SMs leaves SMs idle: 64 x 64 ones. */
     int sms = cuda_dev(dev)->sms;
-    if (p->batch * ((p->m + 127) / 128) * ((p->n + 255) / 256) >= 2 * sms)
-        return 1;
-    return p->batch * ((p->m + 127) / 128) * ((p->n + 127) / 128) < sms ? 2 : 0;
+    int64_t tiles = p->batch * ((p->m + 127) / 128) * ((p->n + 127) / 128);
+    return tiles < sms ? 2 : 4;
 }
 
 static burnc_status_t zero_c(rt_device *dev, const cuda_mm_problem *p, int esz)

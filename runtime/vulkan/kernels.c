@@ -275,7 +275,8 @@ static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, c
         return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: out of memory", k->name);
     rk->key = key;
     rk->opt = cg_glsl_resolve(&opt);
-    rk->n_bindings = 1 + k->n_inputs + k->n_outputs + cg_glsl_multipass(k); /* + the scratch records */
+    /* the passes' shader binds the scratch records too */
+    rk->n_bindings = 1 + k->n_inputs + k->n_outputs + (rk->opt.passes && cg_glsl_multipass(k));
     /* a private copy of the instructions: the shader and the launch layout need them */
     rk->ir = *k;
     rk->ir.insts = malloc((size_t)(k->n_insts ? k->n_insts : 1) * sizeof *k->insts);
@@ -294,7 +295,7 @@ static bool same_options(const cg_glsl_options *a, const cg_glsl_options *b)
     return a->wg_size == b->wg_size && a->items == b->items && a->no_f64 == b->no_f64 &&
            a->denorm32 == b->denorm32 && a->denorm64 == b->denorm64 && a->fused32 == b->fused32 &&
            a->fused64 == b->fused64 && a->words8 == b->words8 && a->words16 == b->words16 &&
-           a->subgroups == b->subgroups;
+           a->subgroups == b->subgroups && a->passes == b->passes;
 }
 
 /* The kernel of this structure compiled with opt (memory, else built). */
@@ -436,10 +437,11 @@ burnc_status_t vk_fit_rows(rt_device *dev, rt_kernel *v, const kir_args *args, r
 {
     *out = v;
     const kir_kernel *k = &v->ir;
-    if (k->n_stages == 0)
-        return BURNC_OK;
     /* a row's stages keep one warp per leaf busy: warps past the row's leaves would only idle
-     * and hold the device's slots (a workgroup per row) */
+     * and hold a GPU's slots (a workgroup per row). A CPU device has no such slots, and each
+     * variant is a pipeline its compiler builds slowly. */
+    if (k->n_stages == 0 || vk_dev(dev)->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU)
+        return BURNC_OK;
     int64_t rows = 1, len = 1;
     for (int d = 0; d < k->rank; d++)
         *(d < k->n_outer ? &rows : &len) *= args->extents[d];
@@ -565,9 +567,13 @@ static burnc_status_t launch_with_locked(rt_device *dev, rt_kernel *rk, const ki
     cg_glsl_pack_args(k, args, w);
     if (cg_glsl_multipass(k)) {
         int64_t rows = w[0], leaves = (w[1] + KIR_LEAF - 1) / KIR_LEAF;
-        if (rows < VK_PASSES_ROWS && leaves >= VK_PASSES_LEAVES)
-            return launch_passes(dev, rk, w, rows, leaves, ins, outs);
-        RT_TRY(scratch_reserve(dev, 16)); /* bound, unused by the row pass */
+        if (rows < VK_PASSES_ROWS && leaves >= VK_PASSES_LEAVES) {
+            cg_glsl_options o = rk->opt;
+            o.passes = true;
+            rt_kernel *pv;
+            RT_TRY(vk_kernel_variant(dev, rk, o, &pv));
+            return launch_passes(dev, pv, w, rows, leaves, ins, outs);
+        }
     }
     return dispatch(dev, rk, w, grid, ins, outs);
 }
