@@ -1182,8 +1182,13 @@ static void emit_head(emitter *e, sb *b)
     if (e->opt.subgroups && !elementwise(k))
         sb_printf(b, "#extension GL_KHR_shader_subgroup_basic : require\n"
                      "#extension GL_KHR_shader_subgroup_shuffle_relative : require\n");
-    if (e->opt.denorm32 || (e->opt.denorm64 && e->uses_f64))
+    if (e->opt.denorm32 || e->opt.nan32 || (e->uses_f64 && (e->opt.denorm64 || e->opt.nan64)))
         sb_printf(b, "#extension GL_EXT_spirv_intrinsics : require\n");
+    /* SignedZeroInfNanPreserve: the NaN rules of ir/kernel.h's max, min and isnan */
+    if (e->opt.nan32)
+        sb_printf(b, "spirv_execution_mode(extensions = [\"SPV_KHR_float_controls\"], capabilities = [4466], 4461, 32);\n");
+    if (e->opt.nan64 && e->uses_f64)
+        sb_printf(b, "spirv_execution_mode(extensions = [\"SPV_KHR_float_controls\"], capabilities = [4466], 4461, 64);\n");
     /* DenormPreserve (SPV_KHR_float_controls): DESIGN.md keeps denormals where the device can */
     if (e->opt.denorm32)
         sb_printf(b, "spirv_execution_mode(extensions = [\"SPV_KHR_float_controls\"], capabilities = [4464], 4459, 32);\n");

@@ -29,6 +29,9 @@ typedef struct cg_glsl_options {
     int items;   /* element-wise: positions per invocation, 1..16 (default 4) */
     bool no_f64; /* the device has no f64: f32 fma, division and sqrt are the device's own */
     bool denorm32, denorm64; /* the device can preserve f32 / f64 denormals (float controls) */
+    bool nan32, nan64;       /* the device can promise signed zeros, infinities and NaNs in f32 /
+                                f64 (SignedZeroInfNanPreserve): without it a driver may assume no
+                                NaN and turn a NaN-aware max into a NaN-dropping one */
     bool fused32, fused64;   /* the device's own fma rounds once (probed at open): used as is */
     bool subgroups;          /* subgroup shuffles (basic + shuffle_relative) in compute: the
                                 lanes of a leaf meet through subgroupShuffleDown in the pairwise

@@ -414,8 +414,10 @@ static burnc_status_t create_device(rt_device *dev, vk_device *vd)
         VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
         vd->api.vkGetPhysicalDeviceProperties2(vd->phys, &p2);
         const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_RELATIVE_BIT;
+        const char *env = getenv("BURNC_VULKAN_SUBGROUPS"); /* "0": shared memory only */
         vd->subgroups = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (sg.supportedOperations & need) == need &&
-                        sg.subgroupSize >= 1 && (sg.subgroupSize & (sg.subgroupSize - 1)) == 0;
+                        sg.subgroupSize >= 1 && (sg.subgroupSize & (sg.subgroupSize - 1)) == 0 &&
+                        !(env && strcmp(env, "0") == 0);
         vd->subgroup_size = (int)sg.subgroupSize;
     }
     if (v12) {
@@ -424,6 +426,8 @@ static burnc_status_t create_device(rt_device *dev, vk_device *vd)
         vd->api.vkGetPhysicalDeviceProperties2(vd->phys, &p2);
         vd->denorm32 = fc.shaderDenormPreserveFloat32;
         vd->denorm64 = fc.shaderDenormPreserveFloat64 && vd->f64;
+        vd->nan32 = fc.shaderSignedZeroInfNanPreserveFloat32;
+        vd->nan64 = fc.shaderSignedZeroInfNanPreserveFloat64 && vd->f64;
     }
     /* enable exactly what is used */
     VkPhysicalDeviceFeatures2 en = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
@@ -539,10 +543,10 @@ static burnc_status_t vk_open(rt_device *dev, int index)
     }
     snprintf(dev->name, sizeof dev->name, "%.100s (Vulkan %s)", vd->props.deviceName, vk_type_name(vd->props.deviceType));
     rt_log("runtime", "%s: %s, f64 %s, 8-bit %s, 16-bit %s, subgroup shuffles %s (size %d), f32 denormals %s, "
-           "%d dispatches per submit", dev->spec,
+           "f32 NaNs %s, %d dispatches per submit", dev->spec,
            dev->name, vd->f64 ? "yes" : "no", vd->storage8 ? "yes" : "through words",
            vd->storage16 ? "yes" : "through words", vd->subgroups ? "yes" : "no", vd->subgroup_size,
-           vd->denorm32 ? "preserved" : "may flush to zero", vd->max_tasks);
+           vd->denorm32 ? "preserved" : "may flush to zero", vd->nan32 ? "preserved" : "not promised", vd->max_tasks);
     return BURNC_OK;
 }
 

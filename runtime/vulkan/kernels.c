@@ -293,7 +293,8 @@ static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, c
 static bool same_options(const cg_glsl_options *a, const cg_glsl_options *b)
 {
     return a->wg_size == b->wg_size && a->items == b->items && a->no_f64 == b->no_f64 &&
-           a->denorm32 == b->denorm32 && a->denorm64 == b->denorm64 && a->fused32 == b->fused32 &&
+           a->denorm32 == b->denorm32 && a->denorm64 == b->denorm64 && a->nan32 == b->nan32 && a->nan64 == b->nan64 &&
+           a->fused32 == b->fused32 &&
            a->fused64 == b->fused64 && a->words8 == b->words8 && a->words16 == b->words16 &&
            a->subgroups == b->subgroups && a->passes == b->passes;
 }
@@ -325,6 +326,7 @@ static burnc_status_t kernel_get(rt_device *dev, const kir_kernel *k, uint64_t k
 static cg_glsl_options base_options(const vk_device *vd)
 {
     return (cg_glsl_options){.no_f64 = !vd->f64, .denorm32 = vd->denorm32, .denorm64 = vd->denorm64,
+                             .nan32 = vd->nan32, .nan64 = vd->nan64,
                              .fused32 = vd->fused32, .fused64 = vd->fused64, .words8 = !vd->storage8,
                              .words16 = !vd->storage16, .subgroups = vd->subgroups};
 }

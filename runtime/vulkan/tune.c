@@ -15,8 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "autotune.h"
-#include "kernel_io.h"
+#include "launch.h"
 #include "vk.h"
 
 enum { N_WG = 5, N_ITEMS = 4, N_ELEM = N_WG * N_ITEMS, N_ROWS = 6, ROW_HEURISTIC = 3 /* wg 256 */ };
@@ -69,6 +68,7 @@ typedef struct tune_ctx {
     rt_device *dev;
     rt_kernel *k;
     const kir_args *args;
+    rt_buffer *const *user_ins, *const *user_outs; /* the launch's, for their sizes */
     rt_buffer *ins[KIR_MAX_INPUTS], *outs[KIR_MAX_OUTPUTS];
 } tune_ctx;
 
@@ -99,46 +99,31 @@ static double time_candidate(void *user, int c)
 }
 
 /* Private buffers as large as the launch's (the slot sizes follow from the arguments). */
-static burnc_status_t tune_buffers(tune_ctx *t, rt_buffer *const *ins, rt_buffer *const *outs, bool alloc)
+static bool tune_alloc(void *user)
 {
+    tune_ctx *t = user;
     const kir_kernel *k = &t->k->ir;
     for (int s = 0; s < k->n_inputs + k->n_outputs; s++) {
-        rt_buffer **slot = s < k->n_inputs ? &t->ins[s] : &t->outs[s - k->n_inputs];
-        if (!alloc) {
-            if (*slot)
-                t->dev->be->free(t->dev, *slot);
-            continue;
-        }
-        size_t size = s < k->n_inputs ? ins[s]->size : outs[s - k->n_inputs]->size;
-        RT_TRY(t->dev->be->alloc(t->dev, size, slot));
+        bool in = s < k->n_inputs;
+        rt_buffer *like = in ? t->user_ins[s] : t->user_outs[s - k->n_inputs];
+        if (t->dev->be->alloc(t->dev, like->size, in ? &t->ins[s] : &t->outs[s - k->n_inputs]) != BURNC_OK)
+            return false;
     }
-    return BURNC_OK;
+    return true;
 }
 
-/* BURNC_AUTOTUNE_RECORD: the launch as a line for burnc-tune --file. */
-static void record_launch(const kir_kernel *k, const kir_args *a)
+static void tune_free(void *user)
 {
-    const char *rec = getenv("BURNC_AUTOTUNE_RECORD");
-    if (!rec || !*rec || k->n_scalars > 64)
-        return;
-    kir_layout l = {.n_scalars = k->n_scalars};
-    memcpy(l.extents, a->extents, (size_t)k->rank * sizeof *l.extents);
-    memcpy(l.in_offsets, a->in_offsets, (size_t)k->n_inputs * sizeof *l.in_offsets);
-    memcpy(l.in_strides, a->in_strides, (size_t)(k->n_inputs * k->rank) * sizeof *l.in_strides);
-    memcpy(l.out_offsets, a->out_offsets, (size_t)k->n_outputs * sizeof *l.out_offsets);
-    memcpy(l.out_strides, a->out_strides, (size_t)(k->n_outputs * k->rank) * sizeof *l.out_strides);
-    if (k->n_scalars > 0)
-        memcpy(l.scalars, a->scalars, (size_t)k->n_scalars * sizeof *l.scalars);
-    char *text = kir_encode(k, &l);
-    size_t n = text ? strlen(text) + 8 : 0;
-    char *line = text ? malloc(n) : NULL;
-    if (line) {
-        snprintf(line, n, "vulkan:%s", text);
-        at_record_line(line);
+    tune_ctx *t = user;
+    const kir_kernel *k = &t->k->ir;
+    for (int s = 0; s < k->n_inputs + k->n_outputs; s++) {
+        rt_buffer *b = s < k->n_inputs ? t->ins[s] : t->outs[s - k->n_inputs];
+        if (b)
+            t->dev->be->free(t->dev, b);
     }
-    free(line);
-    free(text);
 }
+
+static const at_bench vk_bench = {tune_alloc, time_candidate, tune_free};
 
 static burnc_status_t choose(rt_device *dev, rt_kernel *k, const kir_args *args, rt_buffer *const *ins,
                              rt_buffer *const *outs, rt_kernel **out, at_outcome *how)
@@ -146,10 +131,10 @@ static burnc_status_t choose(rt_device *dev, rt_kernel *k, const kir_args *args,
     call_once(&init_once, init);
     const kir_kernel *ir = &k->ir;
     bool elem = is_elementwise(ir);
-    int64_t rows = 1, row_len = 1;
-    for (int d = 0; d < ir->rank; d++)
-        *(d < ir->n_outer ? &rows : &row_len) *= args->extents[d];
-    record_launch(ir, args);
+    int64_t rows, row_len;
+    at_launch_rows(ir, args->extents, &rows, &row_len);
+    if (ir->n_scalars <= 64) /* a line holds 64 scalars at most */
+        at_launch_record("vulkan", ir, args);
     /* row kernels: workgroups wider than a warp per leaf are cut to that at launch (kernels.c),
      * so only the sizes up to it differ (multi-pass launches use any) */
     bool valid[N_ELEM];
@@ -171,21 +156,8 @@ static burnc_status_t choose(rt_device *dev, rt_kernel *k, const kir_args *args,
     int heuristic = elem ? 2 * N_ITEMS + 2 : ROW_HEURISTIC;
     at_query q = {.fingerprint = vk_dev(dev)->fingerprint, .family = elem ? &fam_elem : &fam_rows, .key = key,
                   .heuristic = heuristic, .valid = valid};
-    tune_ctx t = {.dev = dev, .k = k, .args = args};
-    at_time_fn timer = NULL;
-    if (at_get_mode() == AT_MODE_ON) {
-        rt_error_state saved;
-        rt_error_save(&saved);
-        if (tune_buffers(&t, ins, outs, true) == BURNC_OK) {
-            timer = time_candidate;
-        } else { /* no room for private buffers: the heuristic */
-            tune_buffers(&t, ins, outs, false);
-            rt_error_restore(&saved);
-        }
-    }
-    int c = at_decide(&q, timer, &t, how);
-    if (timer)
-        tune_buffers(&t, ins, outs, false);
+    tune_ctx t = {.dev = dev, .k = k, .args = args, .user_ins = ins, .user_outs = outs};
+    int c = at_launch_decide(&q, true, &vk_bench, &t, how);
     return vk_kernel_variant(dev, k, options_of(ir, c, k->opt), out);
 }
 

@@ -117,6 +117,7 @@ typedef struct vk_device {
     bool subgroups;    /* basic and shuffle_relative subgroup operations in compute shaders */
     int subgroup_size; /* for the log */
     bool denorm32, denorm64; /* float controls: denormals preserved in shaders */
+    bool nan32, nan64;       /* float controls: signed zeros, infinities and NaNs preserved */
     bool fused32, fused64;   /* the device's own fma rounds once (probed at open) */
     int max_tasks;
     vk_batch batches[VK_BATCHES];
