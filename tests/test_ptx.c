@@ -17,6 +17,7 @@
 #include "codegen/ptx.h"
 #include "kernel.h"
 #include "tests/common.h"
+#include "tests/kir_build.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -24,17 +25,7 @@
 
 static const cg_llvm_api *llvm_api(void)
 {
-    static const cg_llvm_api *api;
-    if (api)
-        return api;
-    const char *path = getenv("BURNC_LLVM_MODULE");
-    if (!path || !*path)
-        cr_skip("BURNC_LLVM_MODULE is not set: this build has no LLVM 19, so no PTX generator");
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    cr_assert(h, "cannot open the LLVM module %s: %s", path, dlerror());
-    api = dlsym(h, "burnc_llvm_api");
-    cr_assert(api, "%s has no burnc_llvm_api", path);
-    cr_assert_eq(api->abi, CG_LLVM_ABI);
+    const cg_llvm_api *api = kb_llvm_api("this build has no LLVM 19, so no PTX generator");
     cr_assert(api->compile_ptx, "the module has no compile_ptx");
     return api;
 }
@@ -156,65 +147,6 @@ static double now_ms(void)
 }
 
 /* ---- Building kernels ------------------------------------------------------------------------ */
-
-static void classes(kir_slot *s, burnc_dtype_t dt, const char *cls)
-{
-    s->dtype = dt;
-    for (int d = 0; cls[d]; d++)
-        s->stride[d] = cls[d] == '0' ? KIR_STRIDE_ZERO : cls[d] == '1' ? KIR_STRIDE_UNIT : KIR_STRIDE_ANY;
-}
-
-static int in_slot(kir_kernel *k, burnc_dtype_t dt, const char *cls)
-{
-    classes(&k->inputs[k->n_inputs], dt, cls);
-    return k->n_inputs++;
-}
-
-static int out_slot(kir_kernel *k, burnc_dtype_t dt, const char *cls)
-{
-    classes(&k->outputs[k->n_outputs], dt, cls);
-    return k->n_outputs++;
-}
-
-static int32_t LD(kir_kernel *k, int slot)
-{
-    return kir_emit(k, KIR_LOAD, kir_type_of(k->inputs[slot].dtype), slot, -1, -1);
-}
-static int32_t OP1(kir_kernel *k, kir_opcode op, kir_type t, int32_t a) { return kir_emit(k, op, t, a, -1, -1); }
-static int32_t OP2(kir_kernel *k, kir_opcode op, kir_type t, int32_t a, int32_t b)
-{
-    return kir_emit(k, op, t, a, b, -1);
-}
-static int32_t OP3(kir_kernel *k, kir_opcode op, kir_type t, int32_t a, int32_t b, int32_t c)
-{
-    return kir_emit(k, op, t, a, b, c);
-}
-
-static void STORE(kir_kernel *k, int slot, int32_t v, bool row)
-{
-    k->stores[k->n_stores++] = (kir_store){.slot = slot, .value = v, .row = row};
-}
-
-static int STAGE(kir_kernel *k, kir_combiner comb, int32_t v)
-{
-    k->stages[k->n_stages] = (kir_stage){.combiner = (uint8_t)comb, .value = v};
-    return k->n_stages++;
-}
-
-static int32_t REDUCED(kir_kernel *k, int s)
-{
-    int c = k->stages[s].combiner;
-    kir_type t = c == KIR_COMBINE_ARGMAX || c == KIR_COMBINE_ARGMIN ? KIR_I64 : k->insts[k->stages[s].value].type;
-    return kir_emit(k, KIR_REDUCED, t, s, -1, -1);
-}
-
-static bool has_op(const kir_kernel *k, kir_opcode op)
-{
-    for (int i = 0; i < k->n_insts; i++)
-        if (k->insts[i].op == op)
-            return true;
-    return false;
-}
 
 /* ---- Generating and checking PTX ------------------------------------------------------------- */
 
