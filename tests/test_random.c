@@ -940,7 +940,7 @@ static int g_where(chain *c, int a)
 {
     int cond = g_condition(c, a);
     int b = partner(c, a, false, r_pct(&c->S, 60));
-    int r, s[MAX_RANK];
+    int r, s[MAX_RANK] = {0};
     node tmp = {.rank = c->nd[a].rank};
     memcpy(tmp.sym, c->nd[a].sym, sizeof tmp.sym);
     if (!bcast(&tmp, &c->nd[cond], &r, s))
