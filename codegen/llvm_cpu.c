@@ -64,6 +64,25 @@ bool cg_failf(char *err, size_t cap, const char *fmt, ...)
     return false;
 }
 
+bool cg_buffer_text(LLVMMemoryBufferRef mb, bool keep_nul, char **out, size_t *size, const char *what, char *err,
+                    size_t cap)
+{
+    size_t n = LLVMGetBufferSize(mb);
+    *out = malloc(n + 1);
+    if (!*out) {
+        LLVMDisposeMemoryBuffer(mb);
+        return cg_failf(err, cap, "%s: no memory for %zu bytes of output", what, n);
+    }
+    memcpy(*out, LLVMGetBufferStart(mb), n);
+    (*out)[n] = '\0';
+    while (!keep_nul && n > 0 && (*out)[n - 1] == '\0')
+        n--;
+    if (size)
+        *size = n;
+    LLVMDisposeMemoryBuffer(mb);
+    return true;
+}
+
 /* Takes the error: its message into err. */
 static bool fail_llvm(char *err, size_t cap, const char *what, LLVMErrorRef e)
 {

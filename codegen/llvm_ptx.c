@@ -1805,18 +1805,5 @@ bool cg_llvm_compile_ptx(const kir_kernel *k, const cg_ptx_options *opt, char **
     LLVMDisposeTargetMachine(tm);
     if (!ok)
         return false;
-    size_t n = LLVMGetBufferSize(buf);
-    *ptx = malloc(n + 1);
-    if (!*ptx) {
-        LLVMDisposeMemoryBuffer(buf);
-        return cg_failf(err, cap, "compile_ptx %s: no memory for %zu bytes of PTX", k->name, n);
-    }
-    memcpy(*ptx, LLVMGetBufferStart(buf), n);
-    (*ptx)[n] = '\0';
-    while (n > 0 && (*ptx)[n - 1] == '\0') /* the buffer may count a terminator */
-        n--;
-    if (ptx_size)
-        *ptx_size = n;
-    LLVMDisposeMemoryBuffer(buf);
-    return true;
+    return cg_buffer_text(buf, false, ptx, ptx_size, "compile_ptx", err, cap);
 }

@@ -745,18 +745,5 @@ bool cg_llvm_compile_ptx_gemm(const cg_ptx_gemm_spec *s, char **ptx, size_t *ptx
     LLVMDisposeTargetMachine(tm);
     if (!ok)
         return false;
-    size_t n = LLVMGetBufferSize(mb);
-    *ptx = malloc(n + 1);
-    if (!*ptx) {
-        LLVMDisposeMemoryBuffer(mb);
-        return cg_failf(err, cap, "compile_ptx_gemm: no memory for %zu bytes of PTX", n);
-    }
-    memcpy(*ptx, LLVMGetBufferStart(mb), n);
-    (*ptx)[n] = '\0';
-    while (!s->host && n > 0 && (*ptx)[n - 1] == '\0')
-        n--;
-    if (ptx_size)
-        *ptx_size = n;
-    LLVMDisposeMemoryBuffer(mb);
-    return true;
+    return cg_buffer_text(mb, s->host, ptx, ptx_size, "compile_ptx_gemm", err, cap);
 }

@@ -691,17 +691,5 @@ bool cg_llvm_compile_mma_ptx(const cg_mma_spec *s, char **ptx, size_t *ptx_size,
     LLVMDisposeTargetMachine(tm);
     if (!ok)
         return false;
-    size_t n = LLVMGetBufferSize(buf);
-    *ptx = malloc(n + 1);
-    if (!*ptx) {
-        LLVMDisposeMemoryBuffer(buf);
-        return cg_failf(err, cap, "compile_mma_ptx: no memory for %zu bytes of PTX", n);
-    }
-    memcpy(*ptx, LLVMGetBufferStart(buf), n);
-    (*ptx)[n] = '\0';
-    while (n > 0 && (*ptx)[n - 1] == '\0')
-        n--;
-    *ptx_size = n;
-    LLVMDisposeMemoryBuffer(buf);
-    return true;
+    return cg_buffer_text(buf, false, ptx, ptx_size, "compile_mma_ptx", err, cap);
 }
