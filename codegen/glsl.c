@@ -92,6 +92,9 @@ static const char *mem_type(burnc_dtype_t dt)
 static bool is_fp(int t) { return t == KIR_F32 || t == KIR_F64; }
 static bool is_signed(int t) { return t == KIR_I32 || t == KIR_I64; }
 
+struct emitter;
+static int word_shift(const struct emitter *e, burnc_dtype_t dt);
+
 /* Helper functions emitted only when used (a function over double or 64-bit words would ask
  * the device for capabilities the kernel does not need). */
 enum {
@@ -113,6 +116,17 @@ typedef struct emitter {
     int in_base, out_base, scalar_base; /* argument word positions */
 } emitter;
 
+/* log2 of the elements of dt in a 32-bit word when the device lacks storage of dt's width
+ * (the buffer is then an array of words), else 0. */
+static int word_shift(const emitter *e, burnc_dtype_t dt)
+{
+    if ((dt == BURNC_DTYPE_U8 || dt == BURNC_DTYPE_BOOL) && e->opt.words8)
+        return 2;
+    if ((dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16) && e->opt.words16)
+        return 1;
+    return 0;
+}
+
 /* Argument words: [0] positions (element-wise) or rows, [1] row length, [2..2+rank) extents,
  * then per input (offset, strides[rank]), per output the same, per scalar (raw 64 bits, f32
  * bits). */
@@ -123,12 +137,14 @@ static void layout(const kir_kernel *k, int *in_base, int *out_base, int *scalar
     *scalar_base = *out_base + k->n_outputs * (1 + k->rank);
 }
 
-size_t cg_glsl_arg_words(const kir_kernel *k)
+size_t cg_glsl_pass_word(const kir_kernel *k)
 {
     int ib, ob, sb_;
     layout(k, &ib, &ob, &sb_);
     return (size_t)(sb_ + 2 * k->n_scalars);
 }
+
+size_t cg_glsl_arg_words(const kir_kernel *k) { return cg_glsl_pass_word(k) + (cg_glsl_multipass(k) ? 4 : 0); }
 
 static int64_t class_stride(uint8_t cls, int64_t arg) { return cls == KIR_STRIDE_ZERO ? 0 : cls == KIR_STRIDE_UNIT ? 1 : arg; }
 
@@ -171,6 +187,8 @@ void cg_glsl_pack_args(const kir_kernel *k, const kir_args *a, int64_t *w)
         memcpy(&w[sbase + 2 * s], &a->scalars[s].u, sizeof(int64_t));
         w[sbase + 2 * s + 1] = fb;
     }
+    if (cg_glsl_multipass(k))
+        memset(&w[sbase + 2 * k->n_scalars], 0, 4 * sizeof *w); /* CG_GLSL_PASS_ROWS */
 }
 
 cg_glsl_options cg_glsl_resolve(const cg_glsl_options *opt)
@@ -332,6 +350,22 @@ static void inst_expr(emitter *e, sb *b, int i)
         sb idx = {0};
         index_expr(e, &idx, false, in->a, e->k->rank);
         const char *ix = idx.oom ? "0" : idx.s;
+        int ws = word_shift(e, dt);
+        if (ws) {
+            /* the element's bits within its 32-bit word (little-endian, as the host wrote them) */
+            char raw[64];
+            snprintf(raw, sizeof raw, "raw_in%d(%s)", in->a, ix);
+            switch (dt) {
+            case BURNC_DTYPE_F16: sb_printf(b, "h_widen(%s, 0)", raw); e->helpers |= H_NARROW; break;
+            case BURNC_DTYPE_BF16: sb_printf(b, "uintBitsToFloat(%s << 16)", raw); break;
+            case BURNC_DTYPE_BOOL: sb_printf(b, "(%s != 0u)", raw); break;
+            default: sb_printf(b, "%s", raw); break;
+            }
+            free(idx.s);
+            if (idx.oom)
+                b->oom = true;
+            break;
+        }
         switch (dt) {
         case BURNC_DTYPE_F16: sb_printf(b, "h_widen(uint(in%d.v[%s]), 0)", in->a, ix); e->helpers |= H_NARROW; break;
         case BURNC_DTYPE_BF16: sb_printf(b, "uintBitsToFloat(uint(in%d.v[%s]) << 16)", in->a, ix); break;
@@ -495,6 +529,30 @@ static void emit_store(emitter *e, const kir_store *st, const char *indent)
     burnc_dtype_t dt = k->outputs[st->slot].dtype;
     int t = ty(e, st->value);
     sb *b = &e->body;
+    if (word_shift(e, dt)) {
+        /* a part of a 32-bit word: st_out<slot> (emit_head) */
+        sb_printf(b, "%sst_out%d(", indent, st->slot);
+        index_expr(e, b, true, st->slot, st->row ? k->n_outer : k->rank);
+        int fmt = dt == BURNC_DTYPE_BF16;
+        if (dt == BURNC_DTYPE_BOOL)
+            sb_printf(b, ", v%d ? 1u : 0u);\n", st->value);
+        else if (dt == BURNC_DTYPE_U8)
+            sb_printf(b, ", uint(v%d));\n", st->value);
+        else if (t == KIR_F32)
+            sb_printf(b, ", h_from_f32(v%d, %d));\n", st->value, fmt);
+        else if (t == KIR_F64)
+            sb_printf(b, ", h_from_f64(v%d, %d));\n", st->value, fmt);
+        else if (t == KIR_U64)
+            sb_printf(b, ", h_from_int(false, v%d, %d));\n", st->value, fmt);
+        else if (t == KIR_BOOL)
+            sb_printf(b, ", h_from_int(false, uint64_t(v%d ? 1 : 0), %d));\n", st->value, fmt);
+        else
+            sb_printf(b, ", h_from_int(int64_t(v%d) < 0l, uint64_t(abs(int64_t(v%d))), %d));\n", st->value,
+                      st->value, fmt);
+        if (dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16)
+            e->helpers |= H_NARROW;
+        return;
+    }
     sb_printf(b, "%sout%d.v[", indent, st->slot);
     index_expr(e, b, true, st->slot, st->row ? k->n_outer : k->rank);
     sb_printf(b, "] = ");
@@ -533,13 +591,26 @@ static void emit_stores(emitter *e, bool row, uint8_t *need, int32_t *list, cons
             emit_store(e, &k->stores[s], indent);
 }
 
-/* Decomposes `var` (row-major) into p<from>..p<to-1>. */
-static void emit_positions(emitter *e, const char *var, int from, int to, const char *indent)
+/* Decomposes `var` (row-major) into p<from>..p<to-1>. var is below the product of the extents
+ * (`bound`, an argument word), so the first axis takes what is left without a division, and
+ * below 2^32 the divisions are 32-bit ones (64-bit division is a long emulated sequence on GPUs;
+ * the branch is uniform). */
+static void emit_positions(emitter *e, const char *var, int from, int to, const char *indent, int bound)
 {
-    sb_printf(&e->body, "%s{ int64_t q = %s;\n", indent, var);
-    for (int d = to - 1; d >= from; d--)
-        sb_printf(&e->body, "%s  p%d = q %% A.w[%d]; q /= A.w[%d];\n", indent, d, 2 + d, 2 + d);
-    sb_printf(&e->body, "%s}\n", indent);
+    sb *b = &e->body;
+    if (to <= from)
+        return;
+    if (to - from == 1) {
+        sb_printf(b, "%sp%d = %s;\n", indent, from, var);
+        return;
+    }
+    sb_printf(b, "%sif (A.w[%d] <= 4294967295l) {\n%s  uint q = uint(%s);\n", indent, bound, indent, var);
+    for (int d = to - 1; d > from; d--)
+        sb_printf(b, "%s  p%d = int64_t(q %% uint(A.w[%d])); q /= uint(A.w[%d]);\n", indent, d, 2 + d, 2 + d);
+    sb_printf(b, "%s  p%d = int64_t(q);\n%s} else {\n%s  int64_t q = %s;\n", indent, from, indent, indent, var);
+    for (int d = to - 1; d > from; d--)
+        sb_printf(b, "%s  p%d = q %% A.w[%d]; q /= A.w[%d];\n", indent, d, 2 + d, 2 + d);
+    sb_printf(b, "%s  p%d = q;\n%s}\n", indent, from, indent);
 }
 
 /* ---- Element-wise kernels ---- */
@@ -550,19 +621,43 @@ static void emit_elementwise(emitter *e, uint8_t *need, int32_t *list)
     sb *b = &e->body;
     sb_printf(b, "void main() {\n"
                  "  int64_t grp = int64_t(gl_WorkGroupID.x) + int64_t(gl_WorkGroupID.y) * int64_t(gl_NumWorkGroups.x);\n"
-                 "  int64_t first = grp * %dl + int64_t(gl_LocalInvocationID.x);\n"
-                 "  for (int it = 0; it < %d; it++) {\n"
-                 "    int64_t at = first + int64_t(it * %d);\n"
-                 "    if (at >= A.w[0]) return;\n",
-              e->opt.wg_size * e->opt.items, e->opt.items, e->opt.wg_size);
+                 "  int64_t first = grp * %dl + int64_t(gl_LocalInvocationID.x);\n",
+              e->opt.wg_size * e->opt.items);
+    /* the bound once, not an exit per position: the loop has no early return, so the compiler
+     * may issue every load before the stores (restrict) */
+    sb_printf(b, "  int n_it = int(clamp((A.w[0] - first + %dl) / %dl, 0l, %dl));\n"
+                 "  for (int it = 0; it < n_it; it++) {\n"
+                 "    int64_t at = first + int64_t(it * %d);\n",
+              e->opt.wg_size - 1, e->opt.wg_size, e->opt.items, e->opt.wg_size);
     for (int d = 0; d < k->rank; d++)
         sb_printf(b, "    int64_t p%d;\n", d);
-    emit_positions(e, "at", 0, k->rank, "    ");
+    emit_positions(e, "at", 0, k->rank, "    ", 0);
     emit_stores(e, false, need, list, "    ");
-    sb_printf(b, "  }\n}\n");
+    sb_printf(b, "  }\n");
+    sb_printf(b, "}\n");
+}
+
+/* The loop of stage s over a lane's positions of one leaf, from `start` below jend in steps of
+ * 32 (kernel.h: each lane combines its positions in increasing order). One copy of the body:
+ * lavapipe's and the drivers' compile time grows with the shader. */
+static void emit_lane_loop(emitter *e, int s, const char *start, const char *indent, uint8_t *need, int32_t *list)
+{
+    const kir_kernel *k = e->k;
+    sb *b = &e->body;
+    char in2[32];
+    snprintf(in2, sizeof in2, "%s  ", indent);
+    sb_printf(b, "%sfor (int64_t j = %s; j < jend; j += 32l) {\n", indent, start);
+    emit_positions(e, "j", k->n_outer, k->rank, in2, 1);
+    memset(need, 0, (size_t)k->n_insts);
+    need[k->stages[s].value] = 1;
+    emit_values(e, need, list, in2);
+    sb_printf(b, "%scomb%d(av, ap, v%d, j);\n%s}\n", in2, s, k->stages[s].value, indent);
 }
 
 /* ---- Reductions ---- */
+
+#define KIR_LEAF_STR "4096" /* KIR_LEAF in GLSL text (checked below) */
+_Static_assert(KIR_LEAF == 4096, "KIR_LEAF_STR must spell KIR_LEAF");
 
 /* The combiner of stage s as GLSL functions over (value, position) pairs. */
 static void emit_combiner(emitter *e, sb *b, int s)
@@ -631,6 +726,50 @@ static void emit_combiner(emitter *e, sb *b, int s)
                  "  }\n"
                  "}\n",
               s, T, W, W, T, s);
+    if (!e->opt.subgroups)
+        return;
+    /* the pairwise tree's levels within a subgroup: after level `off`, lane l (l % 2off == 0)
+     * holds the tree of lanes l..l+2off-1; every lane takes part in every shuffle */
+    char rv[96];
+    if (t == KIR_I64 || t == KIR_U64)
+        snprintf(rv, sizeof rv, "%s(pack64(subgroupShuffleDown(unpack32(uint64_t(av)), off)))", T);
+    else
+        snprintf(rv, sizeof rv, "subgroupShuffleDown(av, off)");
+    sb_printf(b, "void lanes%d(inout %s av, inout int64_t ap, uint lane) {\n"
+                 "  for (uint off = 1u; off < min(gl_SubgroupSize, 32u); off *= 2u) {\n"
+                 "    %s rv = %s;\n"
+                 "    int64_t rp = int64_t(pack64(subgroupShuffleDown(unpack32(uint64_t(ap)), off)));\n"
+                 "    if ((lane & (2u * off - 1u)) == 0u) comb%d(av, ap, rv, rp);\n"
+                 "  }\n"
+                 "}\n",
+              s, T, T, rv, s);
+}
+
+/* The lanes of a leaf (values av, ap of every invocation) combined into invocation `lane == 0`'s
+ * tv[0], tp[0] (its warp's 32 shared slots from tid on): through subgroups, the levels past
+ * the subgroup's size from shared memory; without, the whole tree from shared memory. The
+ * caller guards the gather with `cond` and closes the block after using tv[0]. */
+static void emit_lane_tree(emitter *e, int s, const char *cond, const char *indent)
+{
+    sb *b = &e->body;
+    int W = e->opt.wg_size / 32 > 32 ? e->opt.wg_size / 32 : 32;
+    const char *T = gtype(ty(e, e->k->stages[s].value));
+    if (e->opt.subgroups)
+        sb_printf(b, "%slanes%d(av, ap, lane);\n", indent, s);
+    sb_printf(b, "%ssh_v%d[tid] = av; sh_p%d[tid] = ap;\n"
+                 "%sbarrier();\n"
+                 "%sif (%s) {\n"
+                 "%s  %s tv[%d]; int64_t tp[%d];\n",
+              indent, s, s, indent, indent, cond, indent, T, W, W);
+    if (e->opt.subgroups)
+        sb_printf(b, "%s  uint g = min(gl_SubgroupSize, 32u); int n = int(32u / g);\n"
+                     "%s  for (int i = 0; i < n; i++) { tv[i] = sh_v%d[tid + uint(i) * g]; tp[i] = sh_p%d[tid + uint(i) * g]; }\n"
+                     "%s  tree%d(tv, tp, n);\n",
+                  indent, indent, s, s, indent, s);
+    else
+        sb_printf(b, "%s  for (int i = 0; i < 32; i++) { tv[i] = sh_v%d[tid + uint(i)]; tp[i] = sh_p%d[tid + uint(i)]; }\n"
+                     "%s  tree%d(tv, tp, 32);\n",
+                  indent, s, s, indent, s);
 }
 
 /* One stage of one row: warps of 32 lanes take aligned blocks of `blk` leaves each (kernel.h:
@@ -650,23 +789,12 @@ static void emit_stage(emitter *e, int s, uint8_t *need, int32_t *list)
                  "        int64_t leaf = int64_t(warp) * blk + t;\n"
                  "        %s av = ident%d(); int64_t ap = int64_t(0x7ffffffffffffffful);\n"
                  "        if (leaf < n_leaves) {\n"
-                 "          int64_t jend = min((leaf + 1l) * %dl, A.w[1]);\n"
-                 "          for (int64_t j = leaf * %dl + int64_t(lane); j < jend; j += 32l) {\n",
-              T, T, s, KIR_LEAF, KIR_LEAF);
-    emit_positions(e, "j", k->n_outer, k->rank, "            ");
-    memset(need, 0, (size_t)k->n_insts);
-    need[k->stages[s].value] = 1;
-    emit_values(e, need, list, "            ");
-    sb_printf(b, "            comb%d(av, ap, v%d, j);\n"
-                 "          }\n"
-                 "        }\n"
-                 "        sh_v%d[tid] = av; sh_p%d[tid] = ap;\n"
-                 "        barrier();\n"
-                 "        if (lane == 0u && leaf < n_leaves) {\n"
-                 "          %s tv[%d]; int64_t tp[%d];\n"
-                 "          for (int i = 0; i < 32; i++) { tv[i] = sh_v%d[tid + uint(i)]; tp[i] = sh_p%d[tid + uint(i)]; }\n"
-                 "          tree%d(tv, tp, 32);\n"
-                 "          stk_v[sp] = tv[0]; stk_p[sp] = tp[0]; stk_n[sp] = 1l; sp++;\n"
+                 "          int64_t jend = min((leaf + 1l) * %dl, A.w[1]);\n",
+              T, T, s, KIR_LEAF);
+    emit_lane_loop(e, s, "leaf * " KIR_LEAF_STR "l + int64_t(lane)", "          ", need, list);
+    sb_printf(b, "        }\n");
+    emit_lane_tree(e, s, "lane == 0u && leaf < n_leaves", "        ");
+    sb_printf(b, "          stk_v[sp] = tv[0]; stk_p[sp] = tp[0]; stk_n[sp] = 1l; sp++;\n"
                  "          while (sp > 1 && stk_n[sp - 1] == stk_n[sp - 2]) {\n"
                  "            %s lv = stk_v[sp - 2]; int64_t lp = stk_p[sp - 2];\n"
                  "            comb%d(lv, lp, stk_v[sp - 1], stk_p[sp - 1]);\n"
@@ -690,7 +818,7 @@ static void emit_stage(emitter *e, int s, uint8_t *need, int32_t *list)
                  "        sh_v%d[0] = tv[0]; sh_p%d[0] = tp[0];\n"
                  "      }\n"
                  "      barrier();\n",
-              s, k->stages[s].value, s, s, T, W, W, s, s, s, T, s, T, T, s, s, s, T, W, W, s, s, s, s, s, s);
+              T, s, T, T, s, s, s, T, W, W, s, s, s, s, s, s);
     int comb = k->stages[s].combiner;
     if (comb == KIR_COMBINE_ARGMAX || comb == KIR_COMBINE_ARGMIN)
         sb_printf(b, "      red%d = sh_p%d[0] == int64_t(0x7ffffffffffffffful) ? 0l : sh_p%d[0];\n", s, s, s);
@@ -699,27 +827,115 @@ static void emit_stage(emitter *e, int s, uint8_t *need, int32_t *list)
     sb_printf(b, "      barrier();\n    }\n");
 }
 
+bool cg_glsl_multipass(const kir_kernel *k)
+{
+    if (elementwise(k) || k->n_stages != 1)
+        return false;
+    for (int s = 0; s < k->n_stores; s++)
+        if (!k->stores[s].row)
+            return false;
+    return true;
+}
+
+/* The passes of a multi-pass reduction (glsl.h), selected by the pass word: each a straight
+ * run of main that returns. Leaves: warp w of the dispatch reduces leaf w of the whole launch
+ * (row-major over rows and leaves) as emit_stage does one leaf; tree: invocation i folds the
+ * (up to) 32 records of chunk i with the pairwise tree, which keeps kernel.h's order since the
+ * chunks are aligned; finish: invocation r takes row r's last record as the stage result and
+ * runs the row stores. */
+static void emit_passes(emitter *e, uint8_t *need, int32_t *list)
+{
+    const kir_kernel *k = e->k;
+    sb *b = &e->body;
+    int mp = e->scalar_base + 2 * k->n_scalars, warps = e->opt.wg_size / 32;
+    int t = ty(e, k->stages[0].value);
+    const char *T = gtype(t);
+    int W = warps > 32 ? warps : 32;
+    int comb = k->stages[0].combiner;
+    bool arg = comb == KIR_COMBINE_ARGMAX || comb == KIR_COMBINE_ARGMIN;
+    sb_printf(b, "  int64_t grp = int64_t(gl_WorkGroupID.x) + int64_t(gl_WorkGroupID.y) * int64_t(gl_NumWorkGroups.x);\n"
+                 "  if (A.w[%d] == %dl) {\n"
+                 "    int64_t unit = grp * %dl + int64_t(warp), nl = A.w[%d];\n"
+                 "    bool live = unit < A.w[0] * nl;\n"
+                 "    %s av = ident0(); int64_t ap = int64_t(0x7ffffffffffffffful);\n"
+                 "    if (live) {\n"
+                 "      int64_t row = unit / nl, leaf = unit - row * nl;\n",
+              mp, CG_GLSL_PASS_LEAVES, warps, mp + 1, T);
+    emit_positions(e, "row", 0, k->n_outer, "      ", 0);
+    sb_printf(b, "      int64_t jend = min((leaf + 1l) * %dl, A.w[1]);\n", KIR_LEAF);
+    emit_lane_loop(e, 0, "leaf * " KIR_LEAF_STR "l + int64_t(lane)", "      ", need, list);
+    sb_printf(b, "    }\n");
+    emit_lane_tree(e, 0, "live && lane == 0u", "    ");
+    sb_printf(b, "      scr.r[uint(A.w[%d] + unit)] = Rec(tv[0], tp[0]);\n"
+                 "    }\n"
+                 "    return;\n"
+                 "  }\n",
+              mp + 3);
+    sb_printf(b, "  if (A.w[%d] == %dl) {\n"
+                 "    int64_t i = grp * %dl + int64_t(tid), m = A.w[%d], m2 = (m + 31l) / 32l;\n"
+                 "    if (i < A.w[0] * m2) {\n"
+                 "      int64_t row = i / m2, c = i - row * m2, at = A.w[%d] + row * m + c * 32l;\n"
+                 "      int n = int(min(32l, m - c * 32l));\n"
+                 "      %s tv[%d]; int64_t tp[%d];\n"
+                 "      for (int x = 0; x < n; x++) { Rec r = scr.r[uint(at + int64_t(x))]; tv[x] = r.v; tp[x] = r.p; }\n"
+                 "      tree0(tv, tp, n);\n"
+                 "      scr.r[uint(A.w[%d] + i)] = Rec(tv[0], tp[0]);\n"
+                 "    }\n"
+                 "    return;\n"
+                 "  }\n",
+              mp, CG_GLSL_PASS_TREE, e->opt.wg_size, mp + 1, mp + 2, T, W, W, mp + 3);
+    sb_printf(b, "  if (A.w[%d] == %dl) {\n"
+                 "    int64_t row = grp * %dl + int64_t(tid);\n"
+                 "    if (row >= A.w[0]) return;\n",
+              mp, CG_GLSL_PASS_FINISH, e->opt.wg_size);
+    emit_positions(e, "row", 0, k->n_outer, "    ", 0);
+    for (int d = k->n_outer; d < k->rank; d++)
+        sb_printf(b, "    p%d = 0;\n", d);
+    sb_printf(b, "    Rec r = scr.r[uint(A.w[%d] + row)];\n", mp + 2);
+    if (arg)
+        sb_printf(b, "    int64_t red0 = r.p == int64_t(0x7ffffffffffffffful) ? 0l : r.p;\n");
+    else
+        sb_printf(b, "    %s red0 = r.v;\n", T);
+    emit_stores(e, true, need, list, "    ");
+    sb_printf(b, "    return;\n  }\n");
+}
+
 static void emit_rows(emitter *e, uint8_t *need, int32_t *list)
 {
     const kir_kernel *k = e->k;
     sb *b = &e->body;
     int warps = e->opt.wg_size / 32;
+    bool passes = e->opt.passes && cg_glsl_multipass(k);
     for (int s = 0; s < k->n_stages; s++) {
         int t = ty(e, k->stages[s].value);
         sb_printf(b, "shared %s sh_v%d[%d];\nshared int64_t sh_p%d[%d];\n", gtype(t), s, e->opt.wg_size, s,
                   e->opt.wg_size);
         emit_combiner(e, b, s);
     }
+    if (passes)
+        sb_printf(b, "struct Rec { %s v; int64_t p; };\n"
+                     "layout(std430, set = 0, binding = %d) buffer Scratch { Rec r[]; } scr;\n",
+                  gtype(ty(e, k->stages[0].value)), 1 + k->n_inputs + k->n_outputs);
+    /* with subgroups, invocations are numbered subgroup by subgroup, so that a warp's lanes
+     * are whole subgroups (or a part of one) in order */
     sb_printf(b, "void main() {\n"
-                 "  uint tid = gl_LocalInvocationID.x, lane = tid %% 32u, warp = tid / 32u;\n"
-                 "  int64_t n_leaves = (A.w[1] + %dl) / %dl;\n"
+                 "  uint tid = %s, lane = tid %% 32u, warp = tid / 32u;\n",
+              e->opt.subgroups ? "gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID" : "gl_LocalInvocationID.x");
+    if (passes) {
+        for (int d = 0; d < k->rank; d++)
+            sb_printf(b, "  int64_t p%d = 0;\n", d);
+        emit_passes(e, need, list);
+        sb_printf(b, "}\n");
+        return;
+    }
+    sb_printf(b, "  int64_t n_leaves = (A.w[1] + %dl) / %dl;\n"
                  "  int64_t per = (n_leaves + %dl) / %dl, blk = 1;\n"
                  "  while (blk < per) blk *= 2l;\n"
                  "  for (int64_t row = int64_t(gl_WorkGroupID.x); row < A.w[0]; row += int64_t(gl_NumWorkGroups.x)) {\n",
               KIR_LEAF - 1, KIR_LEAF, warps - 1, warps);
     for (int d = 0; d < k->rank; d++)
         sb_printf(b, "    int64_t p%d = 0;\n", d);
-    emit_positions(e, "row", 0, k->n_outer, "    ");
+    emit_positions(e, "row", 0, k->n_outer, "    ", 0);
     for (int s = 0; s < k->n_stages; s++) {
         int comb = k->stages[s].combiner;
         int t = comb == KIR_COMBINE_ARGMAX || comb == KIR_COMBINE_ARGMIN ? KIR_I64 : ty(e, k->stages[s].value);
@@ -732,7 +948,7 @@ static void emit_rows(emitter *e, uint8_t *need, int32_t *list)
         *(k->stores[s].row ? &has_row : &has_elem) = true;
     if (has_elem) {
         sb_printf(b, "    for (int64_t j = int64_t(tid); j < A.w[1]; j += %dl) {\n", e->opt.wg_size);
-        emit_positions(e, "j", k->n_outer, k->rank, "      ");
+        emit_positions(e, "j", k->n_outer, k->rank, "      ", 1);
         emit_stores(e, false, need, list, "      ");
         sb_printf(b, "    }\n");
     }
@@ -963,6 +1179,9 @@ static void emit_head(emitter *e, sb *b)
     if (e->uses_16bit)
         sb_printf(b, "#extension GL_EXT_shader_16bit_storage : require\n"
                      "#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require\n");
+    if (e->opt.subgroups && !elementwise(k))
+        sb_printf(b, "#extension GL_KHR_shader_subgroup_basic : require\n"
+                     "#extension GL_KHR_shader_subgroup_shuffle_relative : require\n");
     if (e->opt.denorm32 || e->opt.nan32 || (e->uses_f64 && (e->opt.denorm64 || e->opt.nan64)))
         sb_printf(b, "#extension GL_EXT_spirv_intrinsics : require\n");
     /* SignedZeroInfNanPreserve: the NaN rules of ir/kernel.h's max, min and isnan */
@@ -978,12 +1197,34 @@ static void emit_head(emitter *e, sb *b)
     sb_printf(b, "// %s\n", k->name);
     sb_printf(b, "layout(local_size_x = %d) in;\n", e->opt.wg_size);
     sb_printf(b, "layout(std430, set = 0, binding = 0) readonly buffer Args { int64_t w[]; } A;\n");
-    for (int s = 0; s < k->n_inputs; s++)
-        sb_printf(b, "layout(std430, set = 0, binding = %d) readonly buffer In%d { %s v[]; } in%d;\n", 1 + s, s,
-                  mem_type(k->inputs[s].dtype), s);
+    /* outputs never share memory with inputs or each other unless written in place: then
+     * no promise at all (kernel.h), else restrict lets loads move past stores */
+    bool in_place = false;
     for (int o = 0; o < k->n_outputs; o++)
-        sb_printf(b, "layout(std430, set = 0, binding = %d) writeonly buffer Out%d { %s v[]; } out%d;\n",
-                  1 + k->n_inputs + o, o, mem_type(k->outputs[o].dtype), o);
+        in_place |= k->in_place[o] != 0;
+    const char *restrict_ = in_place ? "" : "restrict ";
+    for (int s = 0; s < k->n_inputs; s++) {
+        int ws = word_shift(e, k->inputs[s].dtype);
+        sb_printf(b, "layout(std430, set = 0, binding = %d) %sreadonly buffer In%d { %s v[]; } in%d;\n", 1 + s,
+                  restrict_, s, ws ? "uint" : mem_type(k->inputs[s].dtype), s);
+        if (ws)
+            sb_printf(b, "uint raw_in%d(uint i) { return (in%d.v[i >> %du] >> ((i & %du) * %du)) & %uu; }\n", s, s, ws,
+                      (1u << ws) - 1, 32u >> ws, (1u << (32 >> ws)) - 1);
+    }
+    for (int o = 0; o < k->n_outputs; o++) {
+        int ws = word_shift(e, k->outputs[o].dtype);
+        /* parts of words: other invocations write the word's other parts, so each store clears
+         * then sets only its own bits, atomically (read-write, not writeonly) */
+        sb_printf(b, "layout(std430, set = 0, binding = %d) %s%sbuffer Out%d { %s v[]; } out%d;\n",
+                  1 + k->n_inputs + o, restrict_, ws ? "" : "writeonly ", o, ws ? "uint" : mem_type(k->outputs[o].dtype),
+                  o);
+        if (ws)
+            sb_printf(b, "void st_out%d(uint i, uint x) {\n"
+                         "  uint sh = (i & %du) * %du, m = %uu << sh;\n"
+                         "  atomicAnd(out%d.v[i >> %du], ~m); atomicOr(out%d.v[i >> %du], (x << sh) & m);\n"
+                         "}\n",
+                      o, (1u << ws) - 1, 32u >> ws, (1u << (32 >> ws)) - 1, o, ws, o, ws);
+    }
     if (e->helpers & (H_ISNAN | H_CVT | H_FMOD))
         sb_printf(b, "%s%s", helper_isnan, e->uses_f64 ? helper_isnan_f64 : "");
     if (e->helpers & H_NARROW)
@@ -1013,16 +1254,10 @@ char *cg_glsl_emit(const kir_kernel *k, const cg_glsl_options *opt)
     }
     emitter e = {.k = k, .opt = cg_glsl_resolve(opt)};
     layout(k, &e.in_base, &e.out_base, &e.scalar_base);
-    for (int s = 0; s < k->n_inputs; s++) {
-        burnc_dtype_t dt = k->inputs[s].dtype;
-        e.uses_8bit |= dt == BURNC_DTYPE_U8 || dt == BURNC_DTYPE_BOOL;
-        e.uses_16bit |= dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16;
-        e.uses_f64 |= dt == BURNC_DTYPE_F64;
-    }
-    for (int o = 0; o < k->n_outputs; o++) {
-        burnc_dtype_t dt = k->outputs[o].dtype;
-        e.uses_8bit |= dt == BURNC_DTYPE_U8 || dt == BURNC_DTYPE_BOOL;
-        e.uses_16bit |= dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16;
+    for (int s = 0; s < k->n_inputs + k->n_outputs; s++) {
+        burnc_dtype_t dt = s < k->n_inputs ? k->inputs[s].dtype : k->outputs[s - k->n_inputs].dtype;
+        e.uses_8bit |= (dt == BURNC_DTYPE_U8 || dt == BURNC_DTYPE_BOOL) && !e.opt.words8;
+        e.uses_16bit |= (dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16) && !e.opt.words16;
         e.uses_f64 |= dt == BURNC_DTYPE_F64;
     }
     size_t n = (size_t)(k->n_insts > 0 ? k->n_insts : 1);

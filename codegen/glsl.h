@@ -4,15 +4,16 @@
  * Shader interface (what the runtime binds):
  *   set 0, binding 0: the launch's argument words (int64 array, cg_glsl_pack_args);
  *   binding 1 + s: input slot s; binding 1 + n_inputs + o: output slot o (whole buffers, the
- *   element offsets are arguments). f16 and bf16 are 16-bit words, bool and u8 bytes: the
- *   device needs 8- and 16-bit storage for kernels that touch them, and 64-bit integers for
- *   every kernel (positions are i64 in the IR).
+ *   element offsets are arguments). f16 and bf16 are 16-bit words, bool and u8 bytes, read and
+ *   written as such where the device has 8- and 16-bit storage, else through 32-bit words
+ *   (cg_glsl_options); every kernel needs 64-bit integers (positions are i64 in the IR).
  * Dispatch (cg_glsl_grid): element-wise kernels take `items` positions per invocation; kernels
  *   with stages or row stores take one row per workgroup at a time, its leaves spread over the
  *   workgroup's warps of 32 lanes (kernel.h's lanes), results equal to kir_eval's bit for bit
  *   as far as the device rounds each operation correctly (include/burnc.h, Vulkan bounds).
- *   Lanes meet in shared memory, not through subgroup operations: subgroup sizes vary (8 on
- *   lavapipe, 32 on NVIDIA) and the tree must be kernel.h's 32-lane one on every device. */
+ *   Lanes meet through subgroup shuffles where the device has them (the pairwise tree's first
+ *   levels within a subgroup, whatever its size: 8 or 16 on lavapipe, 32 on NVIDIA, the rest
+ *   in shared memory), else in shared memory: the tree is kernel.h's 32-lane one everywhere. */
 #ifndef BURNC_CG_GLSL_H
 #define BURNC_CG_GLSL_H
 
@@ -32,6 +33,15 @@ typedef struct cg_glsl_options {
                                 f64 (SignedZeroInfNanPreserve): without it a driver may assume no
                                 NaN and turn a NaN-aware max into a NaN-dropping one */
     bool fused32, fused64;   /* the device's own fma rounds once (probed at open): used as is */
+    bool subgroups;          /* subgroup shuffles (basic + shuffle_relative) in compute: the
+                                lanes of a leaf meet through subgroupShuffleDown in the pairwise
+                                tree's order, subgroups of any power-of-two size (the levels
+                                past the subgroup in shared memory) */
+    bool passes;             /* a cg_glsl_multipass kernel's passes (a shader of its own: the
+                                row kernel does not carry their code) */
+    bool words8, words16;    /* no 8- / 16-bit storage: u8 and bool / f16 and bf16 buffers are
+                                arrays of 32-bit words (loads shift and mask; stores set their
+                                bits with atomicAnd and atomicOr) */
 } cg_glsl_options;
 
 /* The options with defaults filled in and values clamped to their ranges. */
@@ -44,6 +54,24 @@ char *cg_glsl_emit(const kir_kernel *k, const cg_glsl_options *opt);
 /* Argument words of one launch: how many, and packing them. */
 size_t cg_glsl_arg_words(const kir_kernel *k);
 void cg_glsl_pack_args(const kir_kernel *k, const kir_args *a, int64_t *words);
+
+/* Multi-pass reductions: a kernel of one stage and row stores only (a whole-tensor sum, a few
+ * long rows) can run as passes instead of a workgroup per row, so that a few rows fill the
+ * device. Its passes are a shader of their own (cg_glsl_options.passes) with one more binding
+ * (1 + n_inputs + n_outputs: scratch records of the stage's value and position, 16 bytes each
+ * are enough); both shaders take four more argument words from cg_glsl_pass_word(k): the
+ * pass, then per pass
+ *   CG_GLSL_PASS_ROWS:   nothing (the workgroup-per-row shader, without options.passes);
+ *   CG_GLSL_PASS_LEAVES: leaves per row L, -, dst: warp w (wg_size / 32 warps a workgroup,
+ *                        workgroups numbered x + y * grid x) writes the record of leaf w % L of
+ *                        row w / L at record dst + w;
+ *   CG_GLSL_PASS_TREE:   records per row m, src, dst: invocation i folds row i / m2's chunk
+ *                        i % m2 of 32 records (m2 = ceil(m / 32)) into record dst + i;
+ *   CG_GLSL_PASS_FINISH: -, src: invocation r runs row r's row stores on record src + r.
+ * Leaves then tree passes until one record per row, then finish: kernel.h's order exactly. */
+enum { CG_GLSL_PASS_ROWS, CG_GLSL_PASS_LEAVES, CG_GLSL_PASS_TREE, CG_GLSL_PASS_FINISH };
+bool cg_glsl_multipass(const kir_kernel *k);
+size_t cg_glsl_pass_word(const kir_kernel *k);
 
 /* Workgroups to dispatch (x, y) for a launch over `extents`; 0 when there is nothing to do. */
 void cg_glsl_grid(const kir_kernel *k, const cg_glsl_options *opt, const int64_t *extents, uint32_t grid[2]);

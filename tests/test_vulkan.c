@@ -12,6 +12,7 @@
 #include "common.h"
 #include "rt.h"
 #if BURNC_HAVE_VULKAN
+#include "autotune.h"
 #include "vulkan/vk.h"
 #endif
 
@@ -27,6 +28,14 @@ static burnc_device_t *open_vulkan(const char *spec)
         cr_skip_test("device '%s' is not available: %s", spec, burnc_error_message());
     cr_assert_not_null(dev, "cannot open %s: %s", spec, burnc_error_message());
     return dev;
+}
+
+/* The device of the bit-for-bit kernel tests: BURNC_TEST_DEVICE where it names a Vulkan device
+ * (a GPU run: BURNC_TEST_DEVICE=vulkan:0), else the CPU one. */
+__attribute__((unused)) static const char *kernel_spec(void)
+{
+    const char *s = getenv("BURNC_TEST_DEVICE");
+    return s && strncmp(s, "vulkan", 6) == 0 ? s : CPU_SPEC;
 }
 
 static burnc_tensor_t *tensor_f32(burnc_device_t *dev, int rank, const int64_t *shape, const float *data)
@@ -336,7 +345,7 @@ static void rows_kernel(kir_kernel *k, int combiner_b)
 Test(vulkan, row_reductions_equal_kir_eval_bitwise)
 {
 #if BURNC_HAVE_VULKAN
-    burnc_device_t *dev = open_vulkan(CPU_SPEC);
+    burnc_device_t *dev = open_vulkan(kernel_spec());
     const int64_t rows = 5, cols = 3 * KIR_LEAF + 77;
     float *x = malloc((size_t)(rows * cols) * sizeof *x);
     uint64_t r = 12345;
@@ -421,7 +430,7 @@ static void fma_inputs(float *a, float *b, float *c, int n)
 Test(vulkan, fma_div_sqrt_equal_kir_eval_bitwise)
 {
 #if BURNC_HAVE_VULKAN
-    burnc_device_t *dev = open_vulkan(CPU_SPEC);
+    burnc_device_t *dev = open_vulkan(kernel_spec());
     enum { N = 4096 };
     float *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b), *c = malloc(N * sizeof *c);
     fma_inputs(a, b, c, N);
@@ -495,7 +504,7 @@ static void convert_kernel(burnc_device_t *dev, burnc_dtype_t from_dt, kir_type 
 Test(vulkan, conversions_equal_kir_eval_bitwise)
 {
 #if BURNC_HAVE_VULKAN
-    burnc_device_t *dev = open_vulkan(CPU_SPEC);
+    burnc_device_t *dev = open_vulkan(kernel_spec());
     enum { N = 512 };
     int64_t *i = malloc(N * sizeof *i);
     float *f = malloc(N * sizeof *f);
@@ -542,7 +551,8 @@ Test(vulkan, glsl_every_option_compiles_and_validates)
     k.stores[2].value = f;
     static const cg_glsl_options opts[] = {
         {0}, {.wg_size = 32, .items = 1}, {.wg_size = 1024, .items = 16}, {.no_f64 = true},
-        {.denorm32 = true, .denorm64 = true},
+        {.denorm32 = true, .denorm64 = true}, {.words8 = true, .words16 = true}, {.subgroups = true},
+        {.subgroups = true, .wg_size = 1024},
     };
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
         char *src = cg_glsl_emit(&k, &opts[i]);
@@ -649,4 +659,310 @@ Test(vulkan, matmul_is_the_fma_chain)
         burnc_tensor_release(ts[i]);
     burnc_device_release(dev);
     BT_LEAK_CHECK();
+}
+
+/* ---- Multi-pass reductions ------------------------------------------------------------------ */
+
+#if BURNC_HAVE_VULKAN
+/* One stage of `combiner` over the reduced axes of an f32 input of `rank` axes (the first
+ * n_outer kept), its result stored once per row: the shape that runs as leaves, tree passes and
+ * finish when rows are few and long. */
+static void one_stage_kernel(kir_kernel *k, int rank, int n_outer, int combiner)
+{
+    kir_init(k, rank, n_outer);
+    snprintf(k->name, sizeof k->name, "test_passes_%d", combiner);
+    bool arg = combiner == KIR_COMBINE_ARGMAX || combiner == KIR_COMBINE_ARGMIN;
+    k->n_inputs = 1;
+    k->n_outputs = 1;
+    k->inputs[0].dtype = BURNC_DTYPE_F32;
+    k->outputs[0].dtype = arg ? BURNC_DTYPE_I64 : BURNC_DTYPE_F32;
+    for (int d = 0; d < rank; d++) {
+        k->inputs[0].stride[d] = d == rank - 1 ? KIR_STRIDE_UNIT : KIR_STRIDE_ANY;
+        k->outputs[0].stride[d] = d < n_outer ? KIR_STRIDE_UNIT : KIR_STRIDE_ZERO;
+    }
+    int32_t x = kir_emit(k, KIR_LOAD, KIR_F32, 0, 0, 0);
+    /* a value that makes the order visible: sums of products round differently per order */
+    int32_t v = combiner == KIR_COMBINE_SUM ? kir_emit(k, KIR_MUL, KIR_F32, x, x, 0) : x;
+    k->stages[0] = (kir_stage){.combiner = (uint8_t)combiner, .value = v};
+    k->n_stages = 1;
+    int32_t red = kir_emit(k, KIR_REDUCED, arg ? KIR_I64 : KIR_F32, 0, 0, 0);
+    int32_t out = arg ? red : kir_emit(k, KIR_MUL, KIR_F32, red, kir_const_f(k, KIR_F32, 0.5), 0);
+    k->stores[0] = (kir_store){.slot = 0, .value = out, .row = true};
+    k->n_stores = 1;
+    char why[256];
+    cr_assert(kir_valid(k, why, sizeof why), "test kernel: %s", why);
+}
+
+static float *wide_values(int64_t n, uint64_t seed)
+{
+    float *x = malloc((size_t)n * sizeof *x);
+    cr_assert_not_null(x);
+    uint64_t r = seed;
+    for (int64_t i = 0; i < n; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        /* mantissas times exponents over 2^-12..2^12: the sum's bits depend on the order */
+        x[i] = ldexpf((float)((int64_t)(r >> 40) - (1 << 23)) * 0x1p-23f, (int)((r >> 20) % 25) - 12);
+    }
+    return x;
+}
+#endif
+
+/* Few long rows (3 rows over two reduced axes, 41 leaves each: two tree passes) and a whole
+ * tensor (1 row, 1100 leaves: three tree passes) run as leaves, tree and finish passes, equal
+ * to kir_eval bit for bit for sum, max (a NaN placed), argmax and argmin (ties placed). */
+Test(vulkan, multipass_reductions_equal_kir_eval_bitwise)
+{
+#if BURNC_HAVE_VULKAN
+    burnc_device_t *dev = open_vulkan(kernel_spec());
+    vk_stats before, after;
+    rt_vulkan_stats(dev, &before);
+    const int combiners[] = {KIR_COMBINE_SUM, KIR_COMBINE_MAX, KIR_COMBINE_ARGMAX, KIR_COMBINE_ARGMIN};
+    int launches = 0;
+    for (int shape = 0; shape < 2; shape++) {
+        int64_t rows = shape == 0 ? 3 : 1, len = shape == 0 ? 41 * KIR_LEAF - 123 : 1100 * KIR_LEAF - 5;
+        int64_t a1 = shape == 0 ? 7 : len, a2 = len / a1; /* shape 0: the row as 7 x (len / 7) */
+        len = a1 * a2;
+        float *x = wide_values(rows * len, 99 + (uint64_t)shape);
+        x[(rows > 1 ? len : 0) + 70000] = NAN;          /* row 1 (or the tensor): a NaN wins */
+        x[rows * len - 1] = x[rows * len - 2] = 1e30f; /* the last row: a tie at its end */
+        for (size_t c = 0; c < sizeof combiners / sizeof *combiners; c++) {
+            kir_kernel k;
+            int rank = shape == 0 ? 3 : 1, n_outer = shape == 0 ? 1 : 0;
+            one_stage_kernel(&k, rank, n_outer, combiners[c]);
+            int64_t ext3[3] = {rows, a1, a2}, str3[3] = {len, a2, 1}, ext1[1] = {len}, str1[1] = {1};
+            int64_t in_off = 0, out_off = 0, ostr3[3] = {1, 0, 0}, ostr1[1] = {0};
+            kir_args a = {.extents = shape == 0 ? ext3 : ext1, .in_offsets = &in_off,
+                          .in_strides = shape == 0 ? str3 : str1, .out_offsets = &out_off,
+                          .out_strides = shape == 0 ? ostr3 : ostr1};
+            int64_t out[3];
+            void *ins[1] = {x}, *outs[1] = {out};
+            size_t in_b[1] = {(size_t)(rows * len) * 4}, out_b[1] = {(size_t)rows * 8};
+            if (combiners[c] != KIR_COMBINE_ARGMAX && combiners[c] != KIR_COMBINE_ARGMIN)
+                out_b[0] = (size_t)rows * 4;
+            check_against_eval(dev, &k, &a, ins, in_b, outs, out_b);
+            launches++;
+            if (combiners[c] == KIR_COMBINE_ARGMAX)
+                cr_assert_eq(out[rows - 1], shape == 0 ? len - 2 : 70000, "argmax of the last row is %lld",
+                             (long long)out[rows - 1]);
+            kir_free(&k);
+        }
+        free(x);
+    }
+    rt_vulkan_stats(dev, &after);
+    cr_assert_eq(after.pass_launches - before.pass_launches, launches, "%ld of %d launches ran as passes",
+                 after.pass_launches - before.pass_launches, launches);
+    burnc_device_release(dev);
+    BT_LEAK_CHECK();
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
+}
+
+/* burnc_sum and burnc_max over every axis of 2^21 + 13 values (multi-pass launches) give the
+ * cpu device's bits (the same fixed order; ref sums in double, in another order). */
+Test(vulkan, whole_tensor_sum_equals_cpu_bitwise)
+{
+#if BURNC_HAVE_VULKAN
+    burnc_device_t *dev = open_vulkan(kernel_spec()), *ref = burnc_device_open("cpu");
+    if (!ref && burnc_error_code() == BURNC_ERR_UNAVAILABLE) {
+        burnc_device_release(dev);
+        cr_skip_test("the cpu device is not available: %s", burnc_error_message());
+    }
+    cr_assert_not_null(ref, "cpu: %s", burnc_error_message());
+    const int64_t n = (1 << 21) + 13;
+    float *x = wide_values(n, 7);
+    vk_stats before, after;
+    rt_vulkan_stats(dev, &before);
+    float got[2], want[2];
+    for (int d = 0; d < 2; d++) {
+        burnc_device_t *on = d ? ref : dev;
+        burnc_tensor_t *t = tensor_f32(on, 1, &n, x);
+        /* read in turn: recorded together, the two would fuse into one two-stage kernel */
+        float *dst = d ? want : got;
+        burnc_tensor_t *s = BT_NOT_NULL(burnc_sum(t, 0, NULL, false));
+        read_f32(s, &dst[0], 1);
+        burnc_tensor_t *m = BT_NOT_NULL(burnc_max(t, 0, NULL, false));
+        read_f32(m, &dst[1], 1);
+        burnc_tensor_release(t);
+        burnc_tensor_release(s);
+        burnc_tensor_release(m);
+    }
+    rt_vulkan_stats(dev, &after);
+    cr_assert_eq(after.pass_launches - before.pass_launches, 2, "%ld of 2 reductions ran as passes",
+                 after.pass_launches - before.pass_launches);
+    cr_assert(memcmp(&got[0], &want[0], 4) == 0, "sum: vulkan %a, cpu %a", (double)got[0], (double)want[0]);
+    cr_assert(memcmp(&got[1], &want[1], 4) == 0, "max: vulkan %a, cpu %a", (double)got[1], (double)want[1]);
+    free(x);
+    burnc_device_release(dev);
+    burnc_device_release(ref);
+    BT_LEAK_CHECK();
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
+}
+
+/* ---- 8- and 16-bit storage through 32-bit words -------------------------------------------- */
+
+/* A device without 8/16-bit storage and subgroups (forced on lavapipe) reads f16, bf16, u8 and
+ * bool through 32-bit words and writes them with atomic bit operations (outputs with strides of
+ * 2 and 3 elements leave their neighbours in the same words untouched), and combines lanes in
+ * shared memory; everything equals kir_eval. */
+Test(vulkan, fallbacks_words_and_shared_memory_lanes)
+{
+#if BURNC_HAVE_VULKAN
+    rt_vulkan_force_fallbacks(true);
+    burnc_device_t *dev = open_vulkan(CPU_SPEC);
+    rt_vulkan_force_fallbacks(false);
+    vk_device *vd = vk_dev(dev);
+    cr_assert(!vd->storage8 && !vd->storage16 && !vd->subgroups, "the fallbacks were not forced");
+    enum { N = 1001 };
+    kir_kernel k;
+    kir_init(&k, 1, 1);
+    snprintf(k.name, sizeof k.name, "test_words");
+    const burnc_dtype_t in_dt[4] = {BURNC_DTYPE_F16, BURNC_DTYPE_BF16, BURNC_DTYPE_U8, BURNC_DTYPE_BOOL};
+    const kir_type in_t[4] = {KIR_F32, KIR_F32, KIR_U8, KIR_BOOL};
+    int32_t v[4];
+    k.n_inputs = 4;
+    for (int s = 0; s < 4; s++) {
+        k.inputs[s] = (kir_slot){.dtype = in_dt[s], .stride = {KIR_STRIDE_UNIT}};
+        v[s] = kir_emit(&k, KIR_LOAD, in_t[s], s, 0, 0);
+    }
+    k.n_outputs = 4;
+    k.outputs[0] = (kir_slot){.dtype = BURNC_DTYPE_F16, .stride = {KIR_STRIDE_ANY}};
+    k.outputs[1] = (kir_slot){.dtype = BURNC_DTYPE_BF16, .stride = {KIR_STRIDE_UNIT}};
+    k.outputs[2] = (kir_slot){.dtype = BURNC_DTYPE_U8, .stride = {KIR_STRIDE_ANY}};
+    k.outputs[3] = (kir_slot){.dtype = BURNC_DTYPE_BOOL, .stride = {KIR_STRIDE_UNIT}};
+    k.stores[0] = (kir_store){.slot = 0, .value = kir_emit(&k, KIR_ADD, KIR_F32, v[0], v[1], 0)};
+    k.stores[1] = (kir_store){.slot = 1, .value = kir_emit(&k, KIR_MUL, KIR_F32, v[0], v[1], 0)};
+    k.stores[2] = (kir_store){.slot = 2, .value = kir_emit(&k, KIR_ADD, KIR_U8, v[2], kir_const_i(&k, KIR_U8, 200), 0)};
+    k.stores[3] = (kir_store){.slot = 3, .value = kir_emit(&k, KIR_NOT, KIR_BOOL, v[3], 0, 0)};
+    k.n_stores = 4;
+    char why[256];
+    cr_assert(kir_valid(&k, why, sizeof why), "test kernel: %s", why);
+    /* the shader asks for no 8- or 16-bit types */
+    cg_glsl_options opt = {.words8 = true, .words16 = true};
+    char *glsl = cg_glsl_emit(&k, &opt);
+    cr_assert_not_null(glsl, "%s", burnc_error_message());
+    cr_assert(!strstr(glsl, "uint16_t") && !strstr(glsl, "uint8_t") && !strstr(glsl, "16bit_storage") &&
+                  !strstr(glsl, "8bit_storage"),
+              "the word-storage shader still uses narrow types:\n%s", glsl);
+    free(glsl);
+    static uint16_t h[N], bf[N], out_h[2 * N], out_bf[N];
+    static uint8_t u[N], bo[N], out_u[3 * N], out_bo[N];
+    uint64_t r = 5;
+    for (int i = 0; i < N; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        float f = (float)((int64_t)(r >> 40) - (1 << 23)) * 0x1p-16f;
+        h[i] = burnc_f32_to_f16(f);
+        bf[i] = (uint16_t)(r >> 7);
+        u[i] = (uint8_t)(r >> 30);
+        bo[i] = (uint8_t)(r >> 50 & 1);
+    }
+    int64_t n = N, zero[4] = {0}, in_str[4] = {1, 1, 1, 1}, out_str[4] = {2, 1, 3, 1};
+    kir_args a = {.extents = &n, .in_offsets = zero, .in_strides = in_str, .out_offsets = zero, .out_strides = out_str};
+    void *ins[4] = {h, bf, u, bo}, *outs[4] = {out_h, out_bf, out_u, out_bo};
+    size_t in_b[4] = {sizeof h, sizeof bf, sizeof u, sizeof bo},
+           out_b[4] = {sizeof out_h, sizeof out_bf, sizeof out_u, sizeof out_bo};
+    check_against_eval(dev, &k, &a, ins, in_b, outs, out_b);
+    kir_free(&k);
+    /* lane trees in shared memory (no subgroups): a row kernel and a multi-pass sum */
+    {
+        const int64_t rows = 3, cols = 2 * KIR_LEAF + 5, len = 9 * KIR_LEAF + 1;
+        float *xr = wide_values(rows * cols > len ? rows * cols : len, 11), sums[3];
+        int64_t argm[3];
+        uint16_t *el = malloc((size_t)(rows * cols) * sizeof *el);
+        kir_kernel kr;
+        rows_kernel(&kr, KIR_COMBINE_ARGMIN);
+        int64_t ext[2] = {rows, cols}, ioff = 0, istr[2] = {cols, 1}, ooff[3] = {0}, ostr[6] = {1, 0, 1, 0, cols, 1};
+        kir_args ar = {.extents = ext, .in_offsets = &ioff, .in_strides = istr, .out_offsets = ooff, .out_strides = ostr};
+        void *ri[1] = {xr}, *ro[3] = {sums, argm, el};
+        size_t rib[1] = {(size_t)(rows * cols) * 4}, rob[3] = {sizeof sums, sizeof argm, (size_t)(rows * cols) * 2};
+        check_against_eval(dev, &kr, &ar, ri, rib, ro, rob);
+        kir_free(&kr);
+        one_stage_kernel(&kr, 1, 0, KIR_COMBINE_SUM);
+        int64_t n1 = len, one = 1, zero1 = 0;
+        float total;
+        kir_args a1 = {.extents = &n1, .in_offsets = &zero1, .in_strides = &one, .out_offsets = &zero1,
+                       .out_strides = &zero1};
+        void *si[1] = {xr}, *so[1] = {&total};
+        size_t sib[1] = {(size_t)len * 4}, sob[1] = {4};
+        check_against_eval(dev, &kr, &a1, si, sib, so, sob);
+        kir_free(&kr);
+        free(xr);
+        free(el);
+    }
+    /* through the public API: a cast to f16 and back */
+    float x[N], back[N];
+    for (int i = 0; i < N; i++)
+        x[i] = burnc_f16_to_f32(h[i]) * 1.0009765625f;
+    int64_t shape[1] = {N};
+    burnc_tensor_t *t = tensor_f32(dev, 1, shape, x);
+    burnc_tensor_t *t16 = BT_NOT_NULL(burnc_cast(t, BURNC_DTYPE_F16));
+    burnc_tensor_t *t32 = BT_NOT_NULL(burnc_cast(t16, BURNC_DTYPE_F32));
+    read_f32(t32, back, N);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(burnc_f32_to_f16(back[i]), burnc_f32_to_f16(x[i]), "cast %d: %a -> %a", i, (double)x[i],
+                     (double)back[i]);
+    burnc_tensor_release(t);
+    burnc_tensor_release(t16);
+    burnc_tensor_release(t32);
+    burnc_device_release(dev);
+    BT_LEAK_CHECK();
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
+}
+
+/* burnc-tune --file's hook: a recorded row kernel (BURNC_AUTOTUNE_RECORD writes a "vulkan:" line)
+ * tuned for its layout on private buffers; only workgroups up to a warp per leaf are timed; the
+ * launch with the stored decision still equals kir_eval. */
+Test(vulkan, tune_kernel_records_and_tunes_row_kernels)
+{
+#if BURNC_HAVE_VULKAN
+    char dir[] = "/tmp/burnc-vk-tunek-XXXXXX", rec[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(rec, sizeof rec, "%s/launches.txt", dir);
+    setenv("BURNC_CACHE_DIR", dir, 1);
+    setenv("BURNC_AUTOTUNE", "on", 1);
+    setenv("BURNC_AUTOTUNE_RECORD", rec, 1);
+    setenv("BURNC_AUTOTUNE_BUDGET_MS", "1000", 1);
+    burnc_device_t *dev = open_vulkan(CPU_SPEC);
+    rt_device *d = dev;
+    cr_assert_not_null(d->be->tune_kernel, "vulkan has no tune_kernel hook");
+    const int64_t rows = 5, cols = 2 * KIR_LEAF + 9;
+    kir_kernel k;
+    rows_kernel(&k, KIR_COMBINE_ARGMAX);
+    int64_t extents[2] = {rows, cols}, in_off = 0, in_str[2] = {cols, 1};
+    int64_t out_off[3] = {0, 0, 0}, out_str[6] = {1, 0, 1, 0, cols, 1};
+    kir_args a = {.extents = extents, .in_offsets = &in_off, .in_strides = in_str, .out_offsets = out_off,
+                  .out_strides = out_str};
+    at_outcome o;
+    BT_ASSERT_OK(d->be->tune_kernel(d, &k, &a, &o));
+    cr_assert(o.tuned, "the row kernel was not tuned");
+    /* 3 leaves: wg 32, 64 and 128, and the heuristic's 256 */
+    cr_assert_eq(o.timed, 4, "%d candidates timed, want 4", o.timed);
+    float *x = wide_values(rows * cols, 3);
+    float sums[5];
+    int64_t args[5];
+    uint16_t *el = malloc((size_t)(rows * cols) * sizeof *el);
+    void *ins[1] = {x}, *outs[3] = {sums, args, el};
+    size_t in_b[1] = {(size_t)(rows * cols) * 4}, out_b[3] = {sizeof sums, sizeof args, (size_t)(rows * cols) * 2};
+    check_against_eval(dev, &k, &a, ins, in_b, outs, out_b);
+    kir_free(&k);
+    free(x);
+    free(el);
+    FILE *f = fopen(rec, "r");
+    cr_assert_not_null(f, "no launches recorded in %s", rec);
+    char line[64] = "";
+    cr_assert_not_null(fgets(line, sizeof line, f));
+    fclose(f);
+    cr_assert(strncmp(line, "vulkan:", 7) == 0, "recorded line starts '%.20s'", line);
+    burnc_device_release(dev);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    BT_LEAK_CHECK();
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
 }

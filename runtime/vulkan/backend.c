@@ -164,6 +164,19 @@ static int memory_type(const vk_device *vd, uint32_t bits, VkMemoryPropertyFlags
     return -1;
 }
 
+/* Device-local memory the host does not see, where there is some: a discrete GPU may also
+ * offer device-local memory through its host window (resizable BAR), which the driver may
+ * place or cache differently; tensors want the plain video memory. */
+static int device_memory_type(const vk_device *vd, uint32_t bits)
+{
+    for (uint32_t i = 0; i < vd->mem.memoryTypeCount; i++) {
+        VkMemoryPropertyFlags f = vd->mem.memoryTypes[i].propertyFlags;
+        if ((bits >> i & 1) && (f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && !(f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT))
+            return (int)i;
+    }
+    return memory_type(vd, bits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+}
+
 static void buffer_destroy(vk_device *vd, vk_buffer *b)
 {
     if (b->map)
@@ -206,7 +219,7 @@ static burnc_status_t buffer_create(vk_device *vd, size_t size, bool host, vk_bu
     if (type < 0 && host)
         type = memory_type(vd, req.memoryTypeBits, hv);
     if (type < 0)
-        type = memory_type(vd, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+        type = device_memory_type(vd, req.memoryTypeBits);
     if (type < 0)
         type = memory_type(vd, req.memoryTypeBits, 0);
     VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
@@ -365,6 +378,10 @@ static void vk_close(rt_device *dev)
     dev->impl = NULL;
 }
 
+static atomic_bool force_fallbacks; /* rt_vulkan_force_fallbacks (tests) */
+
+void rt_vulkan_force_fallbacks(bool on) { atomic_store(&force_fallbacks, on); }
+
 static int max_tasks_default(void)
 {
     const char *env = getenv("BURNC_VULKAN_MAX_TASKS");
@@ -390,8 +407,19 @@ static burnc_status_t create_device(rt_device *dev, vk_device *vd)
                        "(shaderInt64), which burnc's kernels index with", dev->spec, vd->props.deviceName);
     vd->i64 = true;
     vd->f64 = f2.features.shaderFloat64;
-    vd->storage16 = s16.storageBuffer16BitAccess && f2.features.shaderInt16;
-    vd->storage8 = v12 && s8.storageBuffer8BitAccess && f16i8.shaderInt8;
+    vd->storage16 = s16.storageBuffer16BitAccess && f2.features.shaderInt16 && !atomic_load(&force_fallbacks);
+    vd->storage8 = v12 && s8.storageBuffer8BitAccess && f16i8.shaderInt8 && !atomic_load(&force_fallbacks);
+    if (vd->props.apiVersion >= VK_API_VERSION_1_1 && !atomic_load(&force_fallbacks)) {
+        VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+        VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
+        vd->api.vkGetPhysicalDeviceProperties2(vd->phys, &p2);
+        const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_RELATIVE_BIT;
+        const char *env = getenv("BURNC_VULKAN_SUBGROUPS"); /* "0": shared memory only */
+        vd->subgroups = (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (sg.supportedOperations & need) == need &&
+                        sg.subgroupSize >= 1 && (sg.subgroupSize & (sg.subgroupSize - 1)) == 0 &&
+                        !(env && strcmp(env, "0") == 0);
+        vd->subgroup_size = (int)sg.subgroupSize;
+    }
     if (v12) {
         VkPhysicalDeviceFloatControlsProperties fc = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES};
         VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &fc};
@@ -514,9 +542,11 @@ static burnc_status_t vk_open(rt_device *dev, int index)
         return s;
     }
     snprintf(dev->name, sizeof dev->name, "%.100s (Vulkan %s)", vd->props.deviceName, vk_type_name(vd->props.deviceType));
-    rt_log("runtime", "%s: %s, f64 %s, 8-bit %s, 16-bit %s, f32 denormals %s, %d dispatches per submit", dev->spec,
-           dev->name, vd->f64 ? "yes" : "no", vd->storage8 ? "yes" : "no", vd->storage16 ? "yes" : "no",
-           vd->denorm32 ? "preserved" : "may flush to zero", vd->max_tasks);
+    rt_log("runtime", "%s: %s, f64 %s, 8-bit %s, 16-bit %s, subgroup shuffles %s (size %d), f32 denormals %s, "
+           "f32 NaNs %s, %d dispatches per submit", dev->spec,
+           dev->name, vd->f64 ? "yes" : "no", vd->storage8 ? "yes" : "through words",
+           vd->storage16 ? "yes" : "through words", vd->subgroups ? "yes" : "no", vd->subgroup_size,
+           vd->denorm32 ? "preserved" : "may flush to zero", vd->nan32 ? "preserved" : "not promised", vd->max_tasks);
     return BURNC_OK;
 }
 
@@ -529,9 +559,9 @@ static bool vk_supports_dtype(rt_device *dev, burnc_dtype_t dt)
     case BURNC_DTYPE_I64: return true;
     case BURNC_DTYPE_F64: return vd->f64;
     case BURNC_DTYPE_F16:
-    case BURNC_DTYPE_BF16: return vd->storage16;
+    case BURNC_DTYPE_BF16:
     case BURNC_DTYPE_U8:
-    case BURNC_DTYPE_BOOL: return vd->storage8;
+    case BURNC_DTYPE_BOOL: return true; /* without 8/16-bit storage, through 32-bit words */
     default: return false;
     }
 }
@@ -566,6 +596,20 @@ static burnc_status_t copy_time_locked(rt_device *dev, size_t bytes, int reps, d
         VkResult r = vd->api.vkCreateQueryPool(vd->dev, &qi, NULL, &qp);
         if (r != VK_SUCCESS)
             s = vk_fail(r, BURNC_ERR_EXECUTION, "vkCreateQueryPool");
+    }
+    if (s == BURNC_OK) {
+        /* defined contents, and a warm-up copy: the first touch of fresh memory (page tables,
+         * caches) is not the bandwidth being measured */
+        vk_batch *b;
+        s = vk_batch_get(vd, &b);
+        if (s == BURNC_OK) {
+            VkBufferCopy c = {.size = bytes};
+            vd->api.vkCmdFillBuffer(b->cmd, src->buf, 0, VK_WHOLE_SIZE, 0x3c3c3c3cu);
+            full_barrier(vd, b->cmd);
+            vd->api.vkCmdCopyBuffer(b->cmd, src->buf, dst->buf, 1, &c);
+            b->tasks++;
+            s = vk_drain(vd);
+        }
     }
     for (int i = 0; i < reps && s == BURNC_OK; i++) {
         vk_batch *b;
@@ -623,6 +667,7 @@ void rt_vulkan_stats(burnc_device_t *dev, vk_stats *out)
     vk_device *vd = vk_dev(dev);
     out->pipelines = vd->pipelines;
     out->submits = vd->submits;
+    out->pass_launches = vd->pass_launches;
     out->pipeline_cache_loaded = vd->pipe_cache_loaded;
 }
 
@@ -648,4 +693,5 @@ const rt_backend rt_vulkan_backend = {
     .set_fusion = vk_set_fusion,
     .autotune_fingerprint = vk_autotune_fingerprint,
     .copy_time = vk_copy_time,
+    .tune_kernel = vk_tune_kernel,
 };

@@ -139,6 +139,9 @@ void vk_kernels_free(rt_device *dev)
         free(k);
     }
     vd->kernels = NULL;
+    if (vd->scratch)
+        dev->be->free(dev, vd->scratch);
+    vd->scratch = NULL;
     for (int n = 0; n <= VK_MAX_BINDINGS; n++) {
         if (vd->pipe_layout[n])
             vd->api.vkDestroyPipelineLayout(vd->dev, vd->pipe_layout[n], NULL);
@@ -227,9 +230,38 @@ static burnc_status_t make_pipeline(vk_device *vd, int n_bindings, const uint32_
     return BURNC_OK;
 }
 
+/* The pipeline of rk, made on its first launch: the kernel a flush compiles is only the
+ * structure its launches pick variants of (workgroup sizes by autotune and by row length), so
+ * a variant never launched costs no shader compile. */
+static burnc_status_t pipeline_ready(vk_device *vd, rt_kernel *rk)
+{
+    mtx_lock(&vd->lock);
+    burnc_status_t s = BURNC_OK;
+    if (!rk->pipeline) {
+        const kir_kernel *k = &rk->ir;
+        char *glsl = cg_glsl_emit(k, &rk->opt);
+        uint32_t *words = NULL;
+        size_t n = 0;
+        s = glsl ? BURNC_OK : burnc_error_code();
+        if (s == BURNC_OK) {
+            dump(k, rk->key, glsl);
+            s = spirv_for(vd, k->name, glsl, &words, &n);
+        }
+        if (s == BURNC_OK)
+            s = make_pipeline(vd, rk->n_bindings, words, n, k->name, &rk->pipeline);
+        free(words);
+        free(glsl);
+    }
+    mtx_unlock(&vd->lock);
+    return s;
+}
+
+/* Called with vd->lock held. */
 static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, cg_glsl_options opt, rt_kernel **out)
 {
-    vk_device *vd = vk_dev(dev);
+    char why[256];
+    if (!kir_valid(k, why, sizeof why))
+        return rt_fail(BURNC_ERR_INTERNAL, "vulkan: invalid kernel %s: %s", k->name, why);
     for (int s = 0; s < k->n_inputs; s++)
         if (!dev->be->supports_dtype(dev, k->inputs[s].dtype))
             return rt_fail(BURNC_ERR_UNSUPPORTED_DTYPE, "%s: %s cannot hold %s", k->name, dev->spec,
@@ -243,35 +275,17 @@ static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, c
         return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: out of memory", k->name);
     rk->key = key;
     rk->opt = cg_glsl_resolve(&opt);
-    rk->n_bindings = 1 + k->n_inputs + k->n_outputs;
-    char *glsl = cg_glsl_emit(k, &rk->opt);
-    uint32_t *words = NULL;
-    size_t n = 0;
-    burnc_status_t s = glsl ? BURNC_OK : burnc_error_code();
-    if (s == BURNC_OK) {
-        dump(k, key, glsl);
-        s = spirv_for(vd, k->name, glsl, &words, &n);
-    }
-    if (s == BURNC_OK)
-        s = make_pipeline(vd, rk->n_bindings, words, n, k->name, &rk->pipeline);
-    free(words);
-    free(glsl);
-    if (s == BURNC_OK) {
-        /* a private copy of the instructions: the launch layout needs the kernel's slots */
-        rk->ir = *k;
-        rk->ir.insts = malloc((size_t)(k->n_insts ? k->n_insts : 1) * sizeof *k->insts);
-        if (!rk->ir.insts) {
-            vd->api.vkDestroyPipeline(vd->dev, rk->pipeline, NULL);
-            s = rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: out of memory", k->name);
-        } else {
-            memcpy(rk->ir.insts, k->insts, (size_t)k->n_insts * sizeof *k->insts);
-            rk->ir.cap_insts = k->n_insts;
-        }
-    }
-    if (s != BURNC_OK) {
+    /* the passes' shader binds the scratch records too */
+    rk->n_bindings = 1 + k->n_inputs + k->n_outputs + (rk->opt.passes && cg_glsl_multipass(k));
+    /* a private copy of the instructions: the shader and the launch layout need them */
+    rk->ir = *k;
+    rk->ir.insts = malloc((size_t)(k->n_insts ? k->n_insts : 1) * sizeof *k->insts);
+    if (!rk->ir.insts) {
         free(rk);
-        return s;
+        return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: out of memory", k->name);
     }
+    memcpy(rk->ir.insts, k->insts, (size_t)k->n_insts * sizeof *k->insts);
+    rk->ir.cap_insts = k->n_insts;
     *out = rk;
     return BURNC_OK;
 }
@@ -281,7 +295,8 @@ static bool same_options(const cg_glsl_options *a, const cg_glsl_options *b)
     return a->wg_size == b->wg_size && a->items == b->items && a->no_f64 == b->no_f64 &&
            a->denorm32 == b->denorm32 && a->denorm64 == b->denorm64 && a->nan32 == b->nan32 && a->nan64 == b->nan64 &&
            a->fused32 == b->fused32 &&
-           a->fused64 == b->fused64;
+           a->fused64 == b->fused64 && a->words8 == b->words8 && a->words16 == b->words16 &&
+           a->subgroups == b->subgroups && a->passes == b->passes;
 }
 
 /* The kernel of this structure compiled with opt (memory, else built). */
@@ -312,7 +327,8 @@ static cg_glsl_options base_options(const vk_device *vd)
 {
     return (cg_glsl_options){.no_f64 = !vd->f64, .denorm32 = vd->denorm32, .denorm64 = vd->denorm64,
                              .nan32 = vd->nan32, .nan64 = vd->nan64,
-                             .fused32 = vd->fused32, .fused64 = vd->fused64};
+                             .fused32 = vd->fused32, .fused64 = vd->fused64, .words8 = !vd->storage8,
+                             .words16 = !vd->storage16, .subgroups = vd->subgroups};
 }
 
 burnc_status_t vk_compile_kernel(rt_device *dev, const kir_kernel *k, uint64_t key, rt_kernel **out)
@@ -415,18 +431,65 @@ burnc_status_t vk_launch_kernel(rt_device *dev, rt_kernel *rk, const kir_args *a
         return rt_fail(BURNC_ERR_INTERNAL, "vulkan: launch_kernel of a record kernel");
     rt_kernel *v;
     RT_TRY(vk_tune_choose(dev, rk, args, ins, outs, &v));
+    RT_TRY(vk_fit_rows(dev, v, args, &v));
     return vk_launch_with(dev, v, args, ins, outs);
 }
 
-static burnc_status_t launch_with_locked(rt_device *dev, rt_kernel *rk, const kir_args *args, rt_buffer *const *ins,
-                              rt_buffer *const *outs)
+burnc_status_t vk_fit_rows(rt_device *dev, rt_kernel *v, const kir_args *args, rt_kernel **out)
+{
+    *out = v;
+    const kir_kernel *k = &v->ir;
+    /* a row's stages keep one warp per leaf busy: warps past the row's leaves would only idle
+     * and hold a GPU's slots (a workgroup per row). A CPU device has no such slots, and each
+     * variant is a pipeline its compiler builds slowly. */
+    if (k->n_stages == 0 || vk_dev(dev)->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU)
+        return BURNC_OK;
+    int64_t rows = 1, len = 1;
+    for (int d = 0; d < k->rank; d++)
+        *(d < k->n_outer ? &rows : &len) *= args->extents[d];
+    int64_t leaves = (len + KIR_LEAF - 1) / KIR_LEAF, wg = 32;
+    while (wg < 32 * leaves && wg < v->opt.wg_size)
+        wg *= 2;
+    bool passes = cg_glsl_multipass(k) && rows < VK_PASSES_ROWS && leaves >= VK_PASSES_LEAVES;
+    if (passes || wg >= v->opt.wg_size)
+        return BURNC_OK;
+    cg_glsl_options o = v->opt;
+    o.wg_size = (int)wg;
+    return vk_kernel_variant(dev, v, o, out);
+}
+
+/* Scratch records of multi-pass reductions: one buffer per device, grown when a launch needs
+ * more (queued dispatches may still use the old one: vk_free waits for them). */
+static burnc_status_t scratch_reserve(rt_device *dev, size_t bytes)
+{
+    vk_device *vd = vk_dev(dev);
+    if (vd->scratch && vd->scratch->size >= bytes)
+        return BURNC_OK;
+    size_t want = bytes < 65536 ? 65536 : bytes;
+    if (vd->scratch)
+        dev->be->free(dev, vd->scratch);
+    vd->scratch = NULL;
+    return dev->be->alloc(dev, want, &vd->scratch);
+}
+
+/* Workgroups (x, y) for `groups`, x at most 65535. */
+static void grid_of(int64_t groups, uint32_t grid[2])
+{
+    int64_t x = groups < 65535 ? groups : 65535;
+    grid[0] = (uint32_t)x;
+    grid[1] = x ? (uint32_t)((groups + x - 1) / x) : 0;
+}
+
+/* One dispatch of rk with these argument words. */
+static burnc_status_t dispatch(rt_device *dev, rt_kernel *rk, const int64_t *words, const uint32_t grid[2],
+                               rt_buffer *const *ins, rt_buffer *const *outs)
 {
     vk_device *vd = vk_dev(dev);
     const kir_kernel *k = &rk->ir;
-    uint32_t grid[2];
-    cg_glsl_grid(k, &rk->opt, args->extents, grid);
-    if (!grid[0])
-        return BURNC_OK;
+    RT_TRY(pipeline_ready(vd, rk));
+    if (grid[1] > 65535)
+        return rt_fail(BURNC_ERR_EXECUTION, "vulkan: %s needs %u x %u workgroups, past the 65535 x 65535 grid",
+                       k->name, grid[0], grid[1]);
     size_t bytes = cg_glsl_arg_words(k) * sizeof(int64_t);
     vk_batch *b;
     VkDeviceSize off;
@@ -437,7 +500,7 @@ static burnc_status_t launch_with_locked(rt_device *dev, rt_kernel *rk, const ki
         RT_TRY(vk_batch_get(vd, &b));
         RT_TRY(vk_args_alloc(vd, b, bytes, &off));
     }
-    cg_glsl_pack_args(k, args, (int64_t *)((char *)b->args->map + off));
+    memcpy((char *)b->args->map + off, words, bytes);
     VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
                                       .descriptorPool = b->pool, .descriptorSetCount = 1,
                                       .pSetLayouts = &vd->set_layout[rk->n_bindings]};
@@ -452,6 +515,8 @@ static burnc_status_t launch_with_locked(rt_device *dev, rt_kernel *rk, const ki
         bi[1 + i] = (VkDescriptorBufferInfo){vk_buf(ins[i])->buf, 0, VK_WHOLE_SIZE};
     for (int o = 0; o < k->n_outputs; o++)
         bi[1 + k->n_inputs + o] = (VkDescriptorBufferInfo){vk_buf(outs[o])->buf, 0, VK_WHOLE_SIZE};
+    if (rk->n_bindings > 1 + k->n_inputs + k->n_outputs)
+        bi[1 + k->n_inputs + k->n_outputs] = (VkDescriptorBufferInfo){vk_buf(vd->scratch)->buf, 0, VK_WHOLE_SIZE};
     for (int i = 0; i < rk->n_bindings; i++)
         w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set,
                                       .dstBinding = (uint32_t)i, .descriptorCount = 1,
@@ -462,6 +527,57 @@ static burnc_status_t launch_with_locked(rt_device *dev, rt_kernel *rk, const ki
                                     0, NULL);
     vd->api.vkCmdDispatch(b->cmd, grid[0], grid[1], 1);
     return vk_batch_task_done(vd);
+}
+
+/* Few long rows of a one-stage reduction: leaves, tree passes, finish (glsl.h). The barrier
+ * after each dispatch orders the passes; the records alternate between two regions. */
+static burnc_status_t launch_passes(rt_device *dev, rt_kernel *rk, int64_t *w, int64_t rows, int64_t leaves,
+                                    rt_buffer *const *ins, rt_buffer *const *outs)
+{
+    const kir_kernel *k = &rk->ir;
+    int64_t *pw = w + cg_glsl_pass_word(k), wg = rk->opt.wg_size, warps = wg / 32;
+    int64_t region[2] = {0, rows * leaves};
+    RT_TRY(scratch_reserve(dev, (size_t)(rows * leaves + rows * ((leaves + 31) / 32)) * VK_RECORD_BYTES));
+    vk_dev(dev)->pass_launches++;
+    uint32_t grid[2];
+    pw[0] = CG_GLSL_PASS_LEAVES, pw[1] = leaves, pw[2] = 0, pw[3] = region[0];
+    grid_of((rows * leaves + warps - 1) / warps, grid);
+    RT_TRY(dispatch(dev, rk, w, grid, ins, outs));
+    int at = 0;
+    for (int64_t m = leaves; m > 1; m = (m + 31) / 32, at ^= 1) {
+        pw[0] = CG_GLSL_PASS_TREE, pw[1] = m, pw[2] = region[at], pw[3] = region[at ^ 1];
+        grid_of((rows * ((m + 31) / 32) + wg - 1) / wg, grid);
+        RT_TRY(dispatch(dev, rk, w, grid, ins, outs));
+    }
+    pw[0] = CG_GLSL_PASS_FINISH, pw[1] = 0, pw[2] = region[at], pw[3] = 0;
+    grid_of((rows + wg - 1) / wg, grid);
+    return dispatch(dev, rk, w, grid, ins, outs);
+}
+
+static burnc_status_t launch_with_locked(rt_device *dev, rt_kernel *rk, const kir_args *args, rt_buffer *const *ins,
+                                         rt_buffer *const *outs)
+{
+    const kir_kernel *k = &rk->ir;
+    uint32_t grid[2];
+    cg_glsl_grid(k, &rk->opt, args->extents, grid);
+    if (!grid[0])
+        return BURNC_OK;
+    int64_t w[512];
+    if (cg_glsl_arg_words(k) > sizeof w / sizeof *w)
+        return rt_fail(BURNC_ERR_EXECUTION, "vulkan: %s has %zu argument words, more than %zu", k->name,
+                       cg_glsl_arg_words(k), sizeof w / sizeof *w);
+    cg_glsl_pack_args(k, args, w);
+    if (cg_glsl_multipass(k)) {
+        int64_t rows = w[0], leaves = (w[1] + KIR_LEAF - 1) / KIR_LEAF;
+        if (rows < VK_PASSES_ROWS && leaves >= VK_PASSES_LEAVES) {
+            cg_glsl_options o = rk->opt;
+            o.passes = true;
+            rt_kernel *pv;
+            RT_TRY(vk_kernel_variant(dev, rk, o, &pv));
+            return launch_passes(dev, pv, w, rows, leaves, ins, outs);
+        }
+    }
+    return dispatch(dev, rk, w, grid, ins, outs);
 }
 
 burnc_status_t vk_launch_with(rt_device *dev, rt_kernel *rk, const kir_args *args, rt_buffer *const *ins,

@@ -38,7 +38,7 @@
     X(vkDestroyDescriptorPool) X(vkResetDescriptorPool) X(vkAllocateDescriptorSets)                \
     X(vkUpdateDescriptorSets) X(vkCreatePipelineCache) X(vkDestroyPipelineCache)                   \
     X(vkGetPipelineCacheData) X(vkCreateQueryPool) X(vkDestroyQueryPool) X(vkCmdResetQueryPool)   \
-    X(vkCmdWriteTimestamp) X(vkGetQueryPoolResults)
+    X(vkCmdWriteTimestamp) X(vkGetQueryPoolResults) X(vkCmdFillBuffer)
 
 typedef struct vk_api {
 #define VK_FN_MEMBER(name) PFN_##name name;
@@ -87,7 +87,12 @@ struct rt_kernel {
 };
 
 /* ---- The device (backend.c) --------------------------------------------------------------- */
-enum { VK_BATCHES = 3, VK_MAX_BINDINGS = 1 + KIR_MAX_INPUTS + KIR_MAX_OUTPUTS, VK_ARGS_PER_TASK = 1024 };
+/* bindings: the argument words, the inputs, the outputs and the scratch records */
+enum { VK_BATCHES = 3, VK_MAX_BINDINGS = 2 + KIR_MAX_INPUTS + KIR_MAX_OUTPUTS, VK_ARGS_PER_TASK = 1024 };
+/* Multi-pass reductions (codegen/glsl.h) run for fewer rows than VK_PASSES_ROWS of at least
+ * VK_PASSES_LEAVES leaves: fewer rows than a GPU has compute units leave most idle with a
+ * workgroup per row. Records are 16 bytes (an 8-byte value and a position). */
+enum { VK_PASSES_ROWS = 264, VK_PASSES_LEAVES = 8, VK_RECORD_BYTES = 16 };
 
 typedef struct vk_batch {
     VkCommandBuffer cmd;
@@ -109,6 +114,8 @@ typedef struct vk_device {
     uint32_t family;
     VkCommandPool cmd_pool;
     bool f64, i64, storage8, storage16;
+    bool subgroups;    /* basic and shuffle_relative subgroup operations in compute shaders */
+    int subgroup_size; /* for the log */
     bool denorm32, denorm64; /* float controls: denormals preserved in shaders */
     bool nan32, nan64;       /* float controls: signed zeros, infinities and NaNs preserved */
     bool fused32, fused64;   /* the device's own fma rounds once (probed at open) */
@@ -116,6 +123,7 @@ typedef struct vk_device {
     vk_batch batches[VK_BATCHES];
     int cur;
     long submits; /* batches submitted since open (for tests) */
+    long pass_launches; /* launches run as multi-pass reductions (for tests) */
     /* layouts by binding count (kernels of the same signature share them) */
     VkDescriptorSetLayout set_layout[VK_MAX_BINDINGS + 1];
     VkPipelineLayout pipe_layout[VK_MAX_BINDINGS + 1];
@@ -127,6 +135,7 @@ typedef struct vk_device {
                     waits; reads and writes come from any thread, launches from the flush.
                     Order: qlock before lock. */
     struct rt_kernel *kernels;
+    rt_buffer *scratch; /* multi-pass records, grown on demand (kernels.c) */
     struct kc_cache *disk;
     bool disk_tried;
     long pipelines;       /* pipelines created */
@@ -161,12 +170,17 @@ burnc_status_t vk_launch(rt_device *dev, rt_kernel *k, const ir_group *g, rt_buf
 void vk_kernel_free(rt_device *dev, rt_kernel *k);
 /* k's structure compiled with other code parameters (k itself when they are k's). */
 burnc_status_t vk_kernel_variant(rt_device *dev, rt_kernel *k, cg_glsl_options opt, rt_kernel **out);
+/* v itself, or for a row kernel whose rows have fewer leaves than v's workgroup has warps, the
+ * variant of a warp per leaf (rounded up to a power of two): what a launch of args runs. */
+burnc_status_t vk_fit_rows(rt_device *dev, rt_kernel *v, const kir_args *args, rt_kernel **out);
 /* Records one dispatch of exactly this compiled kernel. */
 burnc_status_t vk_launch_with(rt_device *dev, rt_kernel *k, const kir_args *args, rt_buffer *const *ins,
                               rt_buffer *const *outs);
 /* The variant autotune picks for this launch (tune.c); tunes now under BURNC_AUTOTUNE=on. */
 burnc_status_t vk_tune_choose(rt_device *dev, rt_kernel *k, const kir_args *args, rt_buffer *const *ins,
                               rt_buffer *const *outs, rt_kernel **out);
+/* burnc-tune --file: k tuned for the layout of args on private buffers (rt_backend.tune_kernel). */
+burnc_status_t vk_tune_kernel(rt_device *dev, const kir_kernel *k, const kir_args *args, struct at_outcome *out);
 burnc_status_t vk_compile_kernel(rt_device *dev, const kir_kernel *k, uint64_t key, rt_kernel **out);
 burnc_status_t vk_launch_kernel(rt_device *dev, rt_kernel *k, const kir_args *args, rt_buffer *const *ins,
                                 rt_buffer *const *outs, bool epilogue);
@@ -174,10 +188,13 @@ burnc_status_t vk_launch_kernel(rt_device *dev, rt_kernel *k, const kir_args *ar
 /* Test hooks: shaders compiled by glslang and pipelines created in this process, batches
  * submitted by dev, and whether dev found a pipeline cache file at open. */
 typedef struct vk_stats {
-    long glslang_compiles, pipelines, submits;
+    long glslang_compiles, pipelines, submits, pass_launches;
     bool pipeline_cache_loaded;
 } vk_stats;
 void rt_vulkan_stats(burnc_device_t *dev, vk_stats *out);
+/* Devices opened after this call act as if they had no 8- and 16-bit storage and no subgroup
+ * operations (for tests of the fallbacks: 32-bit words, lane trees in shared memory). */
+void rt_vulkan_force_fallbacks(bool on);
 /* Compiles GLSL text the way kernels are compiled (for tests of compile errors). */
 burnc_status_t rt_vulkan_compile_glsl(const char *src);
 
