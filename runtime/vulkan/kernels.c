@@ -222,7 +222,10 @@ static burnc_status_t make_pipeline(vk_device *vd, int n_bindings, const uint32_
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                   .module = mod, .pName = "main"},
         .layout = vd->pipe_layout[n_bindings]};
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     r = vd->api.vkCreateComputePipelines(vd->dev, vd->pipe_cache, 1, &ci, NULL, out);
+    rt_log("codegen", "%s: pipeline made in %.2f ms", name, ms_since(&t0));
     vd->api.vkDestroyShaderModule(vd->dev, mod, NULL);
     if (r != VK_SUCCESS)
         return vk_fail(r, BURNC_ERR_COMPILE, "vkCreateComputePipelines for %s", name);
