@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include <criterion/redirect.h>
 #include "cuda/cu.h"
 
 /* cuda:0, or a skip with the reason. */
@@ -457,6 +458,43 @@ Test(cuda, graphs_replay_repeated_batches)
     burnc_tensor_release(t);
     free(x), free(got);
     burnc_device_release(dev);
+    BT_LEAK_CHECK();
+}
+
+/* BURNC_CUDA_PROFILE=1: at close, a table on stderr with a row per kernel name and shape, the
+ * element-wise kernel and the matmul each with their launch count. */
+Test(cuda, profile_table_at_close, .init = cr_redirect_stderr)
+{
+    setenv("BURNC_CUDA_PROFILE", "1", 1);
+    burnc_device_t *dev = open_gpu();
+    const int64_t n = 4096, sq[2] = {64, 64};
+    float *x = calloc((size_t)n, sizeof *x);
+    random_f32(x, n, 3);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = isfinite(x[i]) ? x[i] : 1.0f;
+    burnc_tensor_t *t = BT_NOT_NULL(burnc_tensor_from_data(dev, BURNC_DTYPE_F32, 1, &n, x));
+    burnc_tensor_t *m = BT_NOT_NULL(burnc_tensor_from_data(dev, BURNC_DTYPE_F32, 2, sq, x));
+    for (int it = 0; it < 3; it++) {
+        burnc_scope_begin();
+        BT_ASSERT_OK(burnc_tensor_read(burnc_exp(burnc_mul_scalar(t, 0.5)), x, (size_t)n * sizeof *x));
+        BT_ASSERT_OK(burnc_tensor_read(burnc_matmul(m, m), x, (size_t)n * sizeof *x));
+        burnc_scope_end();
+    }
+    burnc_tensor_release(t);
+    burnc_tensor_release(m);
+    burnc_device_release(dev);
+    unsetenv("BURNC_CUDA_PROFILE");
+    fflush(stderr);
+    FILE *f = cr_get_redirected_stderr();
+    char line[512];
+    bool head = false, ew = false, mm = false;
+    while (fgets(line, sizeof line, f)) {
+        head |= strstr(line, "burnc[profile] cuda:0: ") && strstr(line, "launches");
+        ew |= strstr(line, "burnc[profile]") && strstr(line, " 3 ") && strstr(line, "[4096]");
+        mm |= strstr(line, "burnc[profile]") && strstr(line, " 3 ") && strstr(line, "matmul f32 64x64x64");
+    }
+    cr_assert(head && ew && mm, "profile table: header %d, element-wise row %d, matmul row %d", head, ew, mm);
+    free(x);
     BT_LEAK_CHECK();
 }
 

@@ -95,6 +95,7 @@ static void cuda_close(rt_device *dev)
         cd->cu->StreamSynchronize(cd->stream);
         mtx_unlock(&cd->lock);
     }
+    cuda_profile_report(dev);
     cuda_graphs_free(dev);
     cuda_mma_free(dev);
     cuda_gemm_free(dev);
@@ -190,6 +191,9 @@ static burnc_status_t cuda_open(rt_device *dev, int index)
     }
     cd->staging_size = STAGING_BYTES;
     cd->cc = major * 10 + minor;
+    cuda_profile_init(dev);
+    if (cd->profile)
+        cd->graphs = false; /* a profile waits after every launch, which a capture cannot */
     gpu_title(cu, cd->device, dev->name, sizeof dev->name);
     rt_log("runtime", "%s: %s, %d SMs, driver %d, fusion %s, graphs %s", dev->spec, dev->name, cd->sms,
            cd->driver_version, atomic_load(&cd->fuse) ? "on" : "off", cd->graphs ? "on" : "off");

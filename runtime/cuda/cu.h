@@ -222,6 +222,7 @@ typedef struct cuda_device {
     cuda_graph kept[CUDA_GRAPHS_KEPT];
     uint64_t graph_clock;
     uint64_t graph_replays, graph_captures; /* for tests and logs */
+    struct cuda_profile *profile; /* BURNC_CUDA_PROFILE=1 (profile.c); NULL when off */
 } cuda_device;
 
 static inline cuda_device *cuda_dev(rt_device *dev) { return (cuda_device *)dev->impl; }
@@ -232,6 +233,16 @@ burnc_status_t cuda_enter(rt_device *dev, const char *what);
 /* Checks a CUresult of an operation on dev: on failure sets the last error (and marks the
  * device lost for a sticky error). */
 burnc_status_t cuda_check(rt_device *dev, CUresult r, const char *what);
+/* ---- Launches (profile.c) ------------------------------------------------------------------ */
+typedef struct cuda_profile cuda_profile;
+/* BURNC_CUDA_PROFILE=1 at open: launches timed one by one, a table printed at close. */
+void cuda_profile_init(rt_device *dev);
+void cuda_profile_report(rt_device *dev);
+/* Every kernel launch (the lock held): cuLaunchKernel on the device's stream, `what` naming it in
+ * an error, `name` in the profile. */
+burnc_status_t cuda_launch_fn(rt_device *dev, CUfunction fn, const uint32_t grid[3], const uint32_t block[3],
+                              uint32_t shared, void **params, void **extra, const char *what, const char *name);
+
 /* Waits for everything enqueued so far (the lock held by the caller). */
 burnc_status_t cuda_wait_locked(rt_device *dev, const char *what);
 

@@ -349,14 +349,17 @@ static burnc_status_t simt_run(rt_device *dev, cuda_gemm_state *g, const cuda_mm
     }
     size_t bytes = n_words * sizeof *w;
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, w, CU_LAUNCH_PARAM_BUFFER_SIZE, &bytes, CU_LAUNCH_PARAM_END};
+    char name[192] = "";
+    if (cd->profile)
+        snprintf(name, sizeof name, "matmul %s %lldx%lldx%lld x%lld, tile %d%s%s", burnc_dtype_name(p->dt),
+                 (long long)p->m, (long long)p->n, (long long)p->k, (long long)p->batch, t, e ? ", epilogue " : "",
+                 e ? e->k->name : "");
     mtx_lock(&cd->lock);
     burnc_status_t st = cuda_batch_submit_locked(dev);
     if (st == BURNC_OK)
-        st = cuda_check(dev,
-                        cd->cu->LaunchKernel(k->fn, (unsigned)gx, (unsigned)gy, (unsigned)p->batch,
-                                             (unsigned)cg_ptx_gemm_threads(&s), 1, 1,
-                                             (unsigned)cg_ptx_gemm_shared_bytes(&s), cd->stream, NULL, extra),
-                        "burnc_matmul: cuLaunchKernel");
+        st = cuda_launch_fn(dev, k->fn, (uint32_t[3]){(uint32_t)gx, (uint32_t)gy, (uint32_t)p->batch},
+                         (uint32_t[3]){(uint32_t)cg_ptx_gemm_threads(&s), 1, 1}, (uint32_t)cg_ptx_gemm_shared_bytes(&s),
+                         NULL, extra, "burnc_matmul: cuLaunchKernel", name);
     mtx_unlock(&cd->lock);
     return st;
 }

@@ -457,24 +457,21 @@ static burnc_status_t entry_fn(rt_device *dev, rt_kernel *k, const cg_ptx_launch
 }
 
 static burnc_status_t launch_now(rt_device *dev, CUfunction fn, const uint32_t *grid, const uint32_t *block,
-                                 uint32_t shared, const uint64_t *words, uint32_t n_words)
+                                 uint32_t shared, const uint64_t *words, uint32_t n_words, const char *name)
 {
-    cuda_device *cd = cuda_dev(dev);
     size_t size = (size_t)n_words * sizeof *words;
     /* the driver copies the parameter block at the call */
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, (void *)words, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                      CU_LAUNCH_PARAM_END};
-    return cuda_check(dev, cd->cu->LaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared,
-                                                cd->stream, NULL, extra),
-                      "cuLaunchKernel");
+    return cuda_launch_fn(dev, fn, grid, block, shared, NULL, extra, "cuLaunchKernel", name);
 }
 
 /* Directly, or into the batch (graphs on), which is submitted when full. */
-static burnc_status_t enqueue_locked(rt_device *dev, CUfunction fn, const cg_ptx_launch *l)
+static burnc_status_t enqueue_locked(rt_device *dev, CUfunction fn, const cg_ptx_launch *l, const char *name)
 {
     cuda_device *cd = cuda_dev(dev);
     if (!cd->graphs)
-        return launch_now(dev, fn, l->grid, l->block, l->shared_bytes, l->words, l->n_words);
+        return launch_now(dev, fn, l->grid, l->block, l->shared_bytes, l->words, l->n_words, name);
     if (cd->n_pending == CUDA_GRAPH_BATCH)
         RT_TRY(cuda_batch_submit_locked(dev));
     cuda_pending *p = &cd->pending[cd->n_pending];
@@ -489,6 +486,19 @@ static burnc_status_t enqueue_locked(rt_device *dev, CUfunction fn, const cg_ptx
     p->n_words = l->n_words;
     cd->n_pending++;
     return BURNC_OK;
+}
+
+/* The kernel's name and extents, for the profile (only when it is on: no formatting otherwise). */
+static void profile_name(const cuda_device *cd, const kir_kernel *k, const kir_args *args, char *out, size_t size)
+{
+    out[0] = 0;
+    if (!cd->profile)
+        return;
+    int n = snprintf(out, size, "%s [", k->name);
+    for (int d = 0; d < k->rank && n > 0 && (size_t)n < size; d++)
+        n += snprintf(out + n, size - (size_t)n, d ? "x%lld" : "%lld", (long long)args->extents[d]);
+    if (n > 0 && (size_t)n < size)
+        snprintf(out + n, size - (size_t)n, "]");
 }
 
 burnc_status_t cuda_kernel_run(rt_device *dev, rt_kernel *k, const kir_args *args, rt_buffer *const *ins,
@@ -519,6 +529,8 @@ burnc_status_t cuda_kernel_run(rt_device *dev, rt_kernel *k, const kir_args *arg
         if (s == BURNC_OK && !cg_ptx_plan_launches(&k->ir, &k->opt, &a, cuda_ptr(scratch), plan, why, sizeof why))
             s = rt_fail(BURNC_ERR_EXECUTION, "%s: %s: cannot launch: %s", dev->spec, k->ir.name, why);
     }
+    char name[160];
+    profile_name(cd, &k->ir, args, name, sizeof name);
     mtx_lock(&cd->lock);
     for (int i = 0; i < plan->n && s == BURNC_OK; i++) {
         const cg_ptx_launch *l = &plan->launch[i];
@@ -527,7 +539,7 @@ burnc_status_t cuda_kernel_run(rt_device *dev, rt_kernel *k, const kir_args *arg
         CUfunction fn = NULL;
         s = entry_fn(dev, k, l, &fn);
         if (s == BURNC_OK)
-            s = enqueue_locked(dev, fn, l);
+            s = enqueue_locked(dev, fn, l, name);
     }
     mtx_unlock(&cd->lock);
     /* stream-ordered: whoever takes the scratch next runs after these launches */
@@ -558,7 +570,7 @@ static burnc_status_t launch_batch(rt_device *dev)
     cuda_device *cd = cuda_dev(dev);
     for (int i = 0; i < cd->n_pending; i++) {
         const cuda_pending *p = &cd->pending[i];
-        RT_TRY(launch_now(dev, p->fn, p->grid, p->block, p->shared, p->words, p->n_words));
+        RT_TRY(launch_now(dev, p->fn, p->grid, p->block, p->shared, p->words, p->n_words, "a batch"));
     }
     return BURNC_OK;
 }

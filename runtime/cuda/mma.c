@@ -315,17 +315,19 @@ burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool al
     uint64_t w[CG_MMA_N_PARAMS] = {p->a,         p->b,     p->c,        (uint64_t)p->m, (uint64_t)p->n,
                                    (uint64_t)p->k, (uint64_t)p->a_bs, (uint64_t)a_ld, (uint64_t)p->b_bs,
                                    (uint64_t)b_ld, (uint64_t)p->c_bs};
+    char name[192] = "";
+    if (cd->profile)
+        snprintf(name, sizeof name, "matmul %s %lldx%lldx%lld x%lld, tensor cores, tile %d", burnc_dtype_name(p->dt),
+                 (long long)p->m, (long long)p->n, (long long)p->k, (long long)p->batch, tile);
     void *params[CG_MMA_N_PARAMS];
     for (int i = 0; i < CG_MMA_N_PARAMS; i++)
         params[i] = &w[i];
     mtx_lock(&cd->lock);
     burnc_status_t st = cuda_batch_submit_locked(dev);
     if (st == BURNC_OK)
-        st = cuda_check(dev,
-                        cd->cu->LaunchKernel(fn, (unsigned)gx, (unsigned)gy, (unsigned)p->batch,
-                                             (unsigned)(s.wm * s.wn * 32), 1, 1, cg_mma_smem_bytes(&s), cd->stream,
-                                             params, NULL),
-                        "burnc_matmul: cuLaunchKernel (tensor cores)");
+        st = cuda_launch_fn(dev, fn, (uint32_t[3]){(uint32_t)gx, (uint32_t)gy, (uint32_t)p->batch},
+                         (uint32_t[3]){(uint32_t)(s.wm * s.wn * 32), 1, 1}, cg_mma_smem_bytes(&s), params, NULL,
+                         "burnc_matmul: cuLaunchKernel (tensor cores)", name);
     mtx_unlock(&cd->lock);
     return st;
 }
