@@ -918,8 +918,8 @@ static bool store_body(site *s, group_ctx *c)
     return true;
 }
 
-/* The element stores of row r at positions first, first + step, ... < the row's length. */
-static bool elem_stores(ent *e, rowc *r, LLVMValueRef first, LLVMValueRef step)
+/* The element stores of row r at positions first, first + step, ... < end. */
+static bool elem_stores_to(ent *e, rowc *r, LLVMValueRef first, LLVMValueRef step, LLVMValueRef end)
 {
     const kir_kernel *k = e->g->e.k;
     int32_t roots[KIR_MAX_OUTPUTS];
@@ -929,9 +929,15 @@ static bool elem_stores(ent *e, rowc *r, LLVMValueRef first, LLVMValueRef step)
             roots[n++] = k->stores[i].value;
     bool *need = reach(k, roots, n, e);
     group_ctx c = {.group = group_size(k, false), .need = need};
-    bool ok = need && positions(e, r, first, step, e->row_len, pre_loads, store_body, &c);
+    bool ok = need && positions(e, r, first, step, end, pre_loads, store_body, &c);
     free(need);
     return ok;
+}
+
+/* The element stores of row r at positions first, first + step, ... < the row's length. */
+static bool elem_stores(ent *e, rowc *r, LLVMValueRef first, LLVMValueRef step)
+{
+    return elem_stores_to(e, r, first, step, e->row_len);
 }
 
 static bool no_pre(site *s, group_ctx *c)
@@ -1534,6 +1540,10 @@ static bool emit_leaves(gen *g)
     LLVMValueRef end = umin64(g, e.row_len, LLVMBuildAdd(b, start, ki64(g, KIR_LEAF), ""));
     LLVMValueRef v, p;
     bool ok = leaf_result(&e, &r, 0, start, end, &v, &p);
+    /* element stores (none uses the stage's result: cg_ptx_has_multipass) by the same warp,
+     * over the leaf it has just read */
+    if (has_elem_stores(g->e.k))
+        ok = elem_stores_to(&e, &r, LLVMBuildAdd(b, start, e.lane, ""), ki64(g, W), end) && ok;
     LLVMBasicBlockRef c2 = if_begin(&e, LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), ""), "rec");
     rec_store(g, scratch(&e, CG_PTX_L_DST), gw, v, p);
     if_end(&e, c2);

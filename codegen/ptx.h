@@ -142,15 +142,26 @@ static inline bool cg_ptx_has_inner(const kir_kernel *k)
 
 /* Which entries a kernel gets (the generator and the planner decide alike): element-wise
  * kernels have no reduced axes and no stages (stages over an empty set of axes go through the
- * row entries, one position per row); the multi-pass trio needs one stage and no element
- * stores. */
+ * row entries, one position per row); the multi-pass trio needs one stage, and element stores
+ * only of values that do not use its result: the leaves entry does them beside the leaf's
+ * combine (the loss of a training step: its mean, and the difference kept for backward). */
+enum { CG_PTX_MULTIPASS_MAX_INSTS = 2048 }; /* past this, no multi-pass (a stack mark array) */
 static inline bool cg_ptx_is_elementwise(const kir_kernel *k) { return k->n_outer == k->rank && k->n_stages == 0; }
 static inline bool cg_ptx_has_multipass(const kir_kernel *k)
 {
-    if (cg_ptx_is_elementwise(k) || k->n_stages != 1)
+    if (cg_ptx_is_elementwise(k) || k->n_stages != 1 || k->n_insts > CG_PTX_MULTIPASS_MAX_INSTS)
         return false;
+    bool uses[CG_PTX_MULTIPASS_MAX_INSTS]; /* instruction i uses the stage's result */
+    for (int i = 0; i < k->n_insts; i++) {
+        const kir_inst *in = &k->insts[i];
+        int ops = in->op <= KIR_REDUCED ? 0 : in->op <= KIR_ROUND ? 1 : in->op <= KIR_GE ? 2 : 3;
+        int32_t o[3] = {in->a, in->b, in->c};
+        uses[i] = in->op == KIR_REDUCED;
+        for (int j = 0; j < ops; j++)
+            uses[i] |= o[j] >= 0 && o[j] < i && uses[o[j]];
+    }
     for (int i = 0; i < k->n_stores; i++)
-        if (!k->stores[i].row)
+        if (!k->stores[i].row && uses[k->stores[i].value])
             return false;
     return true;
 }

@@ -313,6 +313,12 @@ static void reductions(burnc_device_t *dev, const float *x, int64_t rows, int64_
     burnc_tensor_t *all = BT_NOT_NULL(burnc_sum(t, 0, NULL, false));
     burnc_tensor_t *sm = BT_NOT_NULL(burnc_softmax(t, 1));
     burnc_tensor_t *am = BT_NOT_NULL(burnc_argmax(t, 1, false));
+    /* a loss: a whole-tensor mean, with the difference it squares kept as an element output
+     * (long tensors: the multi-pass entries, the element stores in the leaves entry) */
+    burnc_tensor_t *d = BT_NOT_NULL(burnc_sub(t, burnc_mul_scalar(t, 0.25)));
+    burnc_tensor_t *loss = BT_NOT_NULL(burnc_mean(burnc_mul(d, d), 0, NULL, false));
+    BT_ASSERT_OK(burnc_tensor_read(loss, out + rows + 1 + rows * cols, sizeof *out));
+    BT_ASSERT_OK(burnc_tensor_read(d, out + rows + 2 + rows * cols, (size_t)(rows * cols) * sizeof *out));
     BT_ASSERT_OK(burnc_tensor_read(rs, out, (size_t)rows * sizeof *out));
     BT_ASSERT_OK(burnc_tensor_read(all, out + rows, sizeof *out));
     BT_ASSERT_OK(burnc_tensor_read(sm, out + rows + 1, (size_t)(rows * cols) * sizeof *out));
@@ -326,7 +332,7 @@ Test(cuda, reductions_identical_across_runs_tuning_and_cpu)
     /* short rows (one leaf), long rows (several leaves, a partial last one) */
     static const int64_t shapes[][2] = {{333, 1000}, {7, 3 * 4096 + 1001}, {1, (1 << 20) + 5}};
     for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
-        int64_t rows = shapes[sh][0], cols = shapes[sh][1], nf = rows + 1 + rows * cols;
+        int64_t rows = shapes[sh][0], cols = shapes[sh][1], nf = rows + 2 + 2 * rows * cols;
         float *x = malloc((size_t)(rows * cols) * sizeof *x);
         float *first = malloc((size_t)nf * sizeof *first), *again = malloc((size_t)nf * sizeof *again);
         int64_t *arg0 = malloc((size_t)rows * sizeof *arg0), *arg1 = malloc((size_t)rows * sizeof *arg1);

@@ -1538,6 +1538,30 @@ Test(ptx, plan_multipass)
     BT_LEAK_CHECK();
 }
 
+/* A loss's kernel (a whole-tensor sum, the difference kept as an element output) takes the
+ * multi-pass entries; element stores of a value that uses the sum (softmax's) do not. */
+Test(ptx, multipass_with_independent_element_stores)
+{
+    for (int dependent = 0; dependent < 2; dependent++) {
+        kir_kernel k;
+        kir_init(&k, 1, 0);
+        int x = in_slot(&k, BURNC_DTYPE_F32, "u"), d = out_slot(&k, BURNC_DTYPE_F32, "u");
+        int sum = out_slot(&k, BURNC_DTYPE_F32, "0");
+        int32_t v = OP2(&k, KIR_MUL, KIR_F32, LD(&k, x), LD(&k, x));
+        int st = STAGE(&k, KIR_COMBINE_SUM, v);
+        STORE(&k, sum, REDUCED(&k, st), true);
+        STORE(&k, d, dependent ? OP2(&k, KIR_DIV, KIR_F32, v, REDUCED(&k, st)) : v, false);
+        cr_assert_eq(cg_ptx_has_multipass(&k), !dependent, "element store %s the sum",
+                     dependent ? "using" : "independent of");
+        snprintf(k.name, sizeof k.name, "loss_%d", dependent);
+        char *ptx = gen_ptx(&k, NULL);
+        expect_entries(ptx, k.name, !dependent);
+        free(ptx);
+        kir_free(&k);
+    }
+    BT_LEAK_CHECK();
+}
+
 Test(ptx, plan_refuses_past_grid_limits)
 {
     kir_kernel k;
