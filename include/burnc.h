@@ -193,6 +193,11 @@ BURNC_API burnc_dtype_t burnc_device_float_dtype(const burnc_device_t *dev);
 BURNC_API burnc_dtype_t burnc_device_int_dtype(const burnc_device_t *dev);
 /* True when the device can store, convert and compute the dtype (computing in f32 counts). */
 BURNC_API bool burnc_device_supports_dtype(const burnc_device_t *dev, burnc_dtype_t dtype);
+/* True when the device may flush denormals of this float dtype to zero, in inputs and results
+ * alike (a Vulkan device without shaderDenormPreserveFloat32, such as NVIDIA's driver and
+ * lavapipe, for f32 and bf16; without shaderDenormPreserveFloat64 for f64). False for cpu, ref
+ * and cuda, which always preserve them, and for integer dtypes. */
+BURNC_API bool burnc_device_flushes_denormals(const burnc_device_t *dev, burnc_dtype_t dtype);
 /* Seeds the device's random stream: later rand/randn draws restart from counter 0 with this
  * key. The same seed and the same sequence of draws give the same values on every device. */
 BURNC_API burnc_status_t burnc_device_seed(burnc_device_t *dev, uint64_t seed);

@@ -276,6 +276,12 @@ bool burnc_device_supports_dtype(const burnc_device_t *dev, burnc_dtype_t dtype)
     return dev && ir_dtype_valid(dtype) && rt_dev(dev)->be->supports_dtype(rt_dev(dev), dtype);
 }
 
+bool burnc_device_flushes_denormals(const burnc_device_t *dev, burnc_dtype_t dtype)
+{
+    return dev && ir_dtype_valid(dtype) && rt_dev(dev)->be->flushes_denormals &&
+           rt_dev(dev)->be->flushes_denormals(rt_dev(dev), dtype);
+}
+
 #define CHECK_DEV(dev, fn)                                                         \
     do {                                                                           \
         if (!(dev))                                                                \

@@ -35,6 +35,8 @@ typedef struct rt_backend {
     burnc_status_t (*open)(rt_device *dev, int index);
     void (*close)(rt_device *dev);
     bool (*supports_dtype)(rt_device *dev, burnc_dtype_t dt);
+    /* burnc_device_flushes_denormals; NULL: never (denormals preserved) */
+    bool (*flushes_denormals)(rt_device *dev, burnc_dtype_t dt);
     /* Raw buffers; the runtime pools them. */
     burnc_status_t (*alloc)(rt_device *dev, size_t size, rt_buffer **out);
     void (*free)(rt_device *dev, rt_buffer *buf);

@@ -20,6 +20,23 @@ Test(device, open_ref)
     BT_LEAK_CHECK();
 }
 
+/* ref and cpu preserve denormals of every dtype; integers and a NULL device never flush. */
+Test(device, denormals_preserved_on_ref_and_cpu)
+{
+    cr_assert(!burnc_device_flushes_denormals(NULL, BURNC_DTYPE_F32));
+    burnc_device_t *devs[2] = {bt_ref(), burnc_device_open("cpu")};
+    for (int d = 0; d < 2; d++) {
+        if (!devs[d])
+            continue; /* a build without LLVM has no cpu device */
+        for (int dt = BURNC_DTYPE_F32; dt <= BURNC_DTYPE_BOOL; dt++)
+            cr_assert(!burnc_device_flushes_denormals(devs[d], (burnc_dtype_t)dt), "%s flushes %s",
+                      burnc_device_spec(devs[d]), burnc_dtype_name((burnc_dtype_t)dt));
+        burnc_device_release(devs[d]);
+    }
+    burnc_error_clear();
+    BT_LEAK_CHECK();
+}
+
 /* The default (NULL or "") is ref on a machine where no other backend is available. */
 Test(device, open_default)
 {

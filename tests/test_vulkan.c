@@ -79,6 +79,33 @@ Test(vulkan, open_by_spec_and_enumerate)
     BT_LEAK_CHECK();
 }
 
+/* What burnc_device_flushes_denormals may say of a Vulkan device: f32 and bf16 together (bf16
+ * computes in f32), never f16 (its denormals are normal f32 numbers) nor integers; and, where
+ * it says f32 denormals survive, a denormal passes through arithmetic unchanged. */
+Test(vulkan, denormal_flush_query)
+{
+    burnc_device_t *dev = open_vulkan(kernel_spec());
+    bool f32 = burnc_device_flushes_denormals(dev, BURNC_DTYPE_F32);
+    cr_assert_eq(burnc_device_flushes_denormals(dev, BURNC_DTYPE_BF16), f32);
+    cr_assert(!burnc_device_flushes_denormals(dev, BURNC_DTYPE_F16));
+    cr_assert(!burnc_device_flushes_denormals(dev, BURNC_DTYPE_I32));
+    cr_assert(!burnc_device_flushes_denormals(dev, BURNC_DTYPE_BOOL));
+    if (!f32) {
+        const int64_t n = 4;
+        float x[4] = {1e-40f, -3e-42f, 0x1p-149f, 1.0f}, y[4];
+        burnc_tensor_t *t = BT_NOT_NULL(burnc_tensor_from_data(dev, BURNC_DTYPE_F32, 1, &n, x));
+        burnc_tensor_t *u = BT_NOT_NULL(burnc_mul_scalar(burnc_add_scalar(t, 0.0), 1.0));
+        BT_ASSERT_OK(burnc_tensor_read(u, y, sizeof y));
+        for (int i = 0; i < 4; i++)
+            cr_assert(memcmp(&x[i], &y[i], sizeof x[i]) == 0, "element %d: %g became %g", i, (double)x[i],
+                      (double)y[i]);
+        burnc_tensor_release(u);
+        burnc_tensor_release(t);
+    }
+    burnc_device_release(dev);
+    BT_LEAK_CHECK();
+}
+
 Test(vulkan, default_device_is_never_a_cpu_vulkan_device)
 {
     burnc_device_release(open_vulkan(CPU_SPEC));

@@ -550,6 +550,15 @@ static burnc_status_t vk_open(rt_device *dev, int index)
     return BURNC_OK;
 }
 
+/* f32 arithmetic (bf16 computes in f32; f16's denormals are normal f32 numbers) and f64 */
+static bool vk_flushes_denormals(rt_device *dev, burnc_dtype_t dt)
+{
+    const vk_device *vd = vk_dev(dev);
+    if (dt == BURNC_DTYPE_F32 || dt == BURNC_DTYPE_BF16)
+        return !vd->denorm32;
+    return dt == BURNC_DTYPE_F64 && !vd->denorm64;
+}
+
 static bool vk_supports_dtype(rt_device *dev, burnc_dtype_t dt)
 {
     vk_device *vd = vk_dev(dev);
@@ -678,6 +687,7 @@ const rt_backend rt_vulkan_backend = {
     .open = vk_open,
     .close = vk_close,
     .supports_dtype = vk_supports_dtype,
+    .flushes_denormals = vk_flushes_denormals,
     .alloc = vk_alloc,
     .free = vk_free,
     .write = vk_write,
