@@ -233,12 +233,15 @@ static void index_expr(emitter *e, sb *b, bool output, int s, int naxes)
     const kir_kernel *k = e->k;
     int base = (output ? e->out_base : e->in_base) + s * (1 + k->rank);
     const uint8_t *cls = output ? k->outputs[s].stride : k->inputs[s].stride;
-    sb_printf(b, "uint(A.w[%d]", base);
+    /* in 32-bit arithmetic: an index is below 2^32 (its buffer's elements are), and the low 32
+     * bits of a sum of products are the sum of the products of the low 32 bits (64-bit
+     * multiplies are emulated on GPUs) */
+    sb_printf(b, "(uint(A.w[%d])", base);
     for (int d = 0; d < naxes; d++) {
         if (cls[d] == KIR_STRIDE_UNIT)
-            sb_printf(b, " + p%d", d);
+            sb_printf(b, " + uint(p%d)", d);
         else if (cls[d] == KIR_STRIDE_ANY)
-            sb_printf(b, " + p%d * A.w[%d]", d, base + 1 + d);
+            sb_printf(b, " + uint(p%d) * uint(A.w[%d])", d, base + 1 + d);
     }
     sb_printf(b, ")");
 }
@@ -1196,7 +1199,7 @@ static void emit_head(emitter *e, sb *b)
         sb_printf(b, "spirv_execution_mode(extensions = [\"SPV_KHR_float_controls\"], capabilities = [4464], 4459, 64);\n");
     sb_printf(b, "// %s\n", k->name);
     sb_printf(b, "layout(local_size_x = %d) in;\n", e->opt.wg_size);
-    sb_printf(b, "layout(std430, set = 0, binding = 0) readonly buffer Args { int64_t w[]; } A;\n");
+    sb_printf(b, "layout(std430, set = 0, binding = 0) restrict readonly buffer Args { int64_t w[]; } A;\n");
     /* outputs never share memory with inputs or each other unless written in place: then
      * no promise at all (kernel.h), else restrict lets loads move past stores */
     bool in_place = false;
@@ -1366,7 +1369,7 @@ char *cg_glsl_matmul(burnc_dtype_t dt, int rank, const cg_glsl_options *opt)
         sb_printf(&head, "#extension GL_EXT_shader_16bit_storage : require\n"
                          "#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require\n");
     sb_printf(&head, "// matmul %s rank %d\nlayout(local_size_x = 16, local_size_y = 16) in;\n"
-                     "layout(std430, set = 0, binding = 0) readonly buffer Args { int64_t w[]; } A;\n"
+                     "layout(std430, set = 0, binding = 0) restrict readonly buffer Args { int64_t w[]; } A;\n"
                      "layout(std430, set = 0, binding = 1) readonly buffer In0 { %s v[]; } a;\n"
                      "layout(std430, set = 0, binding = 2) readonly buffer In1 { %s v[]; } bm;\n"
                      "layout(std430, set = 0, binding = 3) writeonly buffer Out { %s v[]; } c;\n",
