@@ -499,7 +499,7 @@ static int make_plan(const kir_kernel *k, uint8_t *need, int32_t *list)
         if (!need[i])
             continue;
         const kir_inst *in = &k->insts[i];
-        int n_ops = in->op <= KIR_REDUCED ? 0 : in->op <= KIR_ROUND ? 1 : in->op <= KIR_GE ? 2 : 3;
+        int n_ops = kir_n_operands(in->op);
         const int32_t ops[3] = {in->a, in->b, in->c};
         for (int j = 0; j < n_ops; j++)
             need[ops[j]] = 1;

@@ -362,7 +362,7 @@ static void mark_needed(const kir_kernel *k, const int32_t *roots, int n_roots, 
             continue;
         const kir_inst *in = &k->insts[i];
         const int32_t ops[3] = {in->a, in->b, in->c};
-        for (int j = 0; j < n_operands(in->op); j++)
+        for (int j = 0; j < kir_n_operands(in->op); j++)
             need[ops[j]] = 1;
     }
 }
@@ -382,7 +382,7 @@ static void analyze(fnc *c, const int32_t *roots, int n_roots)
         else if (in->op == KIR_REDUCED && c->cols)
             l = 2; /* one result per row, so one per lane */
         const int32_t ops[3] = {in->a, in->b, in->c};
-        for (int j = 0; j < n_operands(in->op); j++)
+        for (int j = 0; j < kir_n_operands(in->op); j++)
             if (c->level[ops[j]] > l)
                 l = c->level[ops[j]];
         c->level[i] = (int8_t)l;
@@ -608,12 +608,12 @@ static LLVMValueRef emit_inst(fnc *c, int i, int w)
     }
     LLVMValueRef a = operand(c, in->a, w);
     int ta = g->e.k->insts[in->a].type;
-    if (n_operands(in->op) == 1)
+    if (kir_n_operands(in->op) == 1)
         return cg_unary(&g->e, in, ta, a, w);
     LLVMValueRef b = operand(c, in->b, w);
     if (in->op >= KIR_EQ && in->op <= KIR_GE)
         return cg_compare(&g->e, in->op, ta, a, b);
-    if (n_operands(in->op) == 2)
+    if (kir_n_operands(in->op) == 2)
         return cg_binary(&g->e, in->op, t, a, b, w);
     LLVMValueRef cc = operand(c, in->c, w);
     if (in->op == KIR_SELECT)
@@ -1700,7 +1700,7 @@ static void inner_dependent(const kir_kernel *k, uint8_t *dep)
                  : in->op == KIR_INDEX ? in->a == inner
                                        : 0;
         const int32_t ops[3] = {in->a, in->b, in->c};
-        for (int j = 0; j < n_operands(in->op); j++)
+        for (int j = 0; j < kir_n_operands(in->op); j++)
             dep[i] |= dep[ops[j]];
     }
 }
@@ -1736,7 +1736,7 @@ static void choose_stash(gen *g)
     for (size_t i = 0; i < n; i++) {
         const kir_inst *in = &k->insts[i];
         const int32_t ops[3] = {in->a, in->b, in->c};
-        for (int j = 0; e[i] && !a[i] && j < n_operands(in->op); j++)
+        for (int j = 0; e[i] && !a[i] && j < kir_n_operands(in->op); j++)
             front[ops[j]] |= a[ops[j]];
     }
     int m = 0;

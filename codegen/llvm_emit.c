@@ -27,8 +27,8 @@ void cg_emit_types(cg_emit *g)
 static bool inst_types_ok(const kir_kernel *k, const kir_inst *in)
 {
     int t = in->type, ta = in->a >= 0 ? k->insts[in->a].type : -1;
-    int tb = n_operands(in->op) >= 2 ? k->insts[in->b].type : t;
-    int tc = n_operands(in->op) >= 3 ? k->insts[in->c].type : t;
+    int tb = kir_n_operands(in->op) >= 2 ? k->insts[in->b].type : t;
+    int tc = kir_n_operands(in->op) >= 3 ? k->insts[in->c].type : t;
     bool arith = t != KIR_BOOL;
     switch (in->op) {
     case KIR_NEG:
@@ -106,10 +106,10 @@ bool cg_check_kernel(const kir_kernel *k, const char *what, char *err, size_t ca
         if (in->op >= KIR_OPCODE_COUNT || !t_value(in->type))
             return cg_failf(err, cap, "%s %s: %%%d has opcode %d, type %d", what, k->name, i, in->op, in->type);
         const int32_t ops[3] = {in->a, in->b, in->c};
-        for (int j = 0; j < n_operands(in->op); j++)
+        for (int j = 0; j < kir_n_operands(in->op); j++)
             if (ops[j] < 0 || ops[j] >= i)
                 return cg_failf(err, cap, "%s %s: %%%d reads %%%d", what, k->name, i, ops[j]);
-        if (!(n_operands(in->op) == 0 ? leaf_ok(k, in) : inst_types_ok(k, in)))
+        if (!(kir_n_operands(in->op) == 0 ? leaf_ok(k, in) : inst_types_ok(k, in)))
             return cg_failf(err, cap, "%s %s: %%%d (opcode %d) has the wrong operand or result types", what, k->name, i,
                          in->op);
     }

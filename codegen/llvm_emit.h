@@ -58,7 +58,6 @@ static inline int dt_type(burnc_dtype_t dt)
 
 static inline bool dt_narrow(burnc_dtype_t dt) { return dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16; }
 static inline bool is_arg_comb(int c) { return c == KIR_COMBINE_ARGMAX || c == KIR_COMBINE_ARGMIN; }
-static inline int n_operands(int op) { return op <= KIR_REDUCED ? 0 : op <= KIR_ROUND ? 1 : op <= KIR_GE ? 2 : 3; }
 
 /* ---- Types and constants ------------------------------------------------------------------ */
 

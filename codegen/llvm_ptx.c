@@ -436,7 +436,7 @@ static LLVMValueRef ev(site *s, int i)
     default: {
         LLVMValueRef a = ev(s, in->a);
         int ta = g->e.k->insts[in->a].type;
-        if (n_operands(in->op) == 1) {
+        if (kir_n_operands(in->op) == 1) {
             v = cg_unary(&g->e, in, ta, a, 1);
             break;
         }
@@ -445,7 +445,7 @@ static LLVMValueRef ev(site *s, int i)
             v = cg_compare(&g->e, in->op, ta, a, bb);
         else if (in->op == KIR_REM && t_fp(t))
             v = exact_fmod(g, e->fn, t, a, bb);
-        else if (n_operands(in->op) == 2)
+        else if (kir_n_operands(in->op) == 2)
             v = cg_binary(&g->e, in->op, t, a, bb, 1);
         else if (in->op == KIR_SELECT)
             v = LLVMBuildSelect(g->e.b, a, bb, ev(s, in->c), "");
@@ -627,7 +627,7 @@ static bool *reach(const kir_kernel *k, const int32_t *roots, int n, const ent *
             continue;
         const kir_inst *in = &k->insts[i];
         int32_t o[3] = {in->a, in->b, in->c};
-        for (int j = 0; j < n_operands(in->op); j++)
+        for (int j = 0; j < kir_n_operands(in->op); j++)
             m[o[j]] = true;
     }
     return m;

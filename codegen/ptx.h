@@ -149,12 +149,19 @@ enum { CG_PTX_MULTIPASS_MAX_INSTS = 2048 }; /* past this, no multi-pass (a stack
 static inline bool cg_ptx_is_elementwise(const kir_kernel *k) { return k->n_outer == k->rank && k->n_stages == 0; }
 static inline bool cg_ptx_has_multipass(const kir_kernel *k)
 {
-    if (cg_ptx_is_elementwise(k) || k->n_stages != 1 || k->n_insts > CG_PTX_MULTIPASS_MAX_INSTS)
+    if (cg_ptx_is_elementwise(k) || k->n_stages != 1)
+        return false;
+    bool elem = false;
+    for (int i = 0; i < k->n_stores; i++)
+        elem |= !k->stores[i].row;
+    if (!elem)
+        return true;
+    if (k->n_insts > CG_PTX_MULTIPASS_MAX_INSTS)
         return false;
     bool uses[CG_PTX_MULTIPASS_MAX_INSTS]; /* instruction i uses the stage's result */
     for (int i = 0; i < k->n_insts; i++) {
         const kir_inst *in = &k->insts[i];
-        int ops = in->op <= KIR_REDUCED ? 0 : in->op <= KIR_ROUND ? 1 : in->op <= KIR_GE ? 2 : 3;
+        int ops = kir_n_operands(in->op);
         int32_t o[3] = {in->a, in->b, in->c};
         uses[i] = in->op == KIR_REDUCED;
         for (int j = 0; j < ops; j++)
@@ -183,7 +190,7 @@ static inline void cg_ptx_phase_mark(const kir_kernel *k, int ph, bool *mark)
         if (!mark[i])
             continue;
         const kir_inst *in = &k->insts[i];
-        int ops = in->op <= KIR_REDUCED ? 0 : in->op <= KIR_ROUND ? 1 : in->op <= KIR_GE ? 2 : 3;
+        int ops = kir_n_operands(in->op);
         int32_t o[3] = {in->a, in->b, in->c};
         for (int j = 0; j < ops; j++)
             if (o[j] >= 0 && o[j] < i)
@@ -250,7 +257,7 @@ static inline void cg_ptx_phase_mark_kept(const kir_kernel *k, int ph, const boo
         if (!mark[i] || stop[i])
             continue;
         const kir_inst *in = &k->insts[i];
-        int ops = in->op <= KIR_REDUCED ? 0 : in->op <= KIR_ROUND ? 1 : in->op <= KIR_GE ? 2 : 3;
+        int ops = kir_n_operands(in->op);
         int32_t o[3] = {in->a, in->b, in->c};
         for (int j = 0; j < ops; j++)
             if (o[j] >= 0 && o[j] < i)

@@ -281,14 +281,14 @@ static LLVMValueRef epi_ev(gg *g, esite *s, int i)
     default: {
         LLVMValueRef a = epi_ev(g, s, in->a);
         int ta = k->insts[in->a].type;
-        if (n_operands(in->op) == 1) {
+        if (kir_n_operands(in->op) == 1) {
             v = cg_unary(&g->e, in, ta, a, 1);
             break;
         }
         LLVMValueRef b = epi_ev(g, s, in->b);
         if (in->op >= KIR_EQ && in->op <= KIR_GE)
             v = cg_compare(&g->e, in->op, ta, a, b);
-        else if (n_operands(in->op) == 2)
+        else if (kir_n_operands(in->op) == 2)
             v = cg_binary(&g->e, in->op, t, a, b, 1);
         else if (in->op == KIR_SELECT)
             v = LLVMBuildSelect(g->e.b, a, b, epi_ev(g, s, in->c), "");

@@ -219,18 +219,6 @@ static const char *const COMBINER_NAMES[] = {
 static const char *op_name(int op) { return op >= 0 && op < KIR_OPCODE_COUNT ? OP_NAMES[op] : "?"; }
 static const char *type_name(int t) { return t >= KIR_BOOL && t <= KIR_BF16 ? TYPE_NAMES[t] : "?"; }
 
-/* How many operands (a, b, c) an opcode reads; leaves read none. */
-static int n_operands(int op)
-{
-    if (op <= KIR_REDUCED)
-        return 0;
-    if (op <= KIR_ROUND)
-        return 1;
-    if (op <= KIR_GE)
-        return 2;
-    return 3;
-}
-
 static bool is_compare(int op) { return op >= KIR_EQ && op <= KIR_GE; }
 static bool is_arg_combiner(int c) { return c == KIR_COMBINE_ARGMAX || c == KIR_COMBINE_ARGMIN; }
 
@@ -285,8 +273,8 @@ static bool check_types(const kir_kernel *k, int i, const kir_inst *in, char *wh
 {
     int t = in->type;
     int ta = k->insts[in->a].type;
-    int tb = n_operands(in->op) >= 2 ? k->insts[in->b].type : t;
-    int tc = n_operands(in->op) >= 3 ? k->insts[in->c].type : t;
+    int tb = kir_n_operands(in->op) >= 2 ? k->insts[in->b].type : t;
+    int tc = kir_n_operands(in->op) >= 3 ? k->insts[in->c].type : t;
     const char *what = NULL;
     switch (in->op) {
     case KIR_NEG:
@@ -353,8 +341,8 @@ static bool check_types(const kir_kernel *k, int i, const kir_inst *in, char *wh
     }
     if (what)
         return fail(why, cap, "%%%d: %s.%s needs %s (operands %s %s %s)", i, op_name(in->op), type_name(t), what,
-                    type_name(ta), n_operands(in->op) >= 2 ? type_name(tb) : "",
-                    n_operands(in->op) >= 3 ? type_name(tc) : "");
+                    type_name(ta), kir_n_operands(in->op) >= 2 ? type_name(tb) : "",
+                    kir_n_operands(in->op) >= 3 ? type_name(tc) : "");
     return true;
 }
 
@@ -365,7 +353,7 @@ static bool check_inst(const kir_kernel *k, int i, char *why, size_t cap)
         return fail(why, cap, "%%%d: opcode %d out of range", i, in->op);
     if (!is_value_type(in->type))
         return fail(why, cap, "%%%d: %s has type %s, not a value type", i, op_name(in->op), type_name(in->type));
-    int n = n_operands(in->op);
+    int n = kir_n_operands(in->op);
     if (n == 0)
         return check_leaf(k, i, in, why, cap);
     const int32_t ops[3] = {in->a, in->b, in->c};
@@ -434,7 +422,7 @@ static void compute_deps(const kir_kernel *k, dep_info *dep)
         else if (in->op == KIR_LOAD)
             d.varies = slot_varies(k, &k->inputs[in->a]);
         const int32_t ops[3] = {in->a, in->b, in->c};
-        for (int j = 0; j < n_operands(in->op); j++) {
+        for (int j = 0; j < kir_n_operands(in->op); j++) {
             d.stages |= dep[ops[j]].stages;
             d.varies |= dep[ops[j]].varies;
         }
@@ -676,7 +664,7 @@ static void print_inst(strbuf *sb, const kir_kernel *k, int i)
     case KIR_ROUND: sb_printf(sb, " %%%d to %s", in->a, type_name((int)in->imm.i)); break;
     default: {
         const int32_t ops[3] = {in->a, in->b, in->c};
-        for (int j = 0; j < n_operands(in->op); j++)
+        for (int j = 0; j < kir_n_operands(in->op); j++)
             sb_printf(sb, "%s%%%d", j ? ", " : " ", ops[j]);
     }
     }

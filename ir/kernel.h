@@ -115,6 +115,10 @@ typedef enum kir_opcode {
     KIR_OPCODE_COUNT
 } kir_opcode;
 
+/* Operands an instruction of opcode op reads (a, then b, then c): leaves none, unary ops and
+ * KIR_ROUND one, binary ops and compares two, FMA and SELECT three. */
+static inline int kir_n_operands(int op) { return op <= KIR_REDUCED ? 0 : op <= KIR_ROUND ? 1 : op <= KIR_GE ? 2 : 3; }
+
 typedef union kir_scalar {
     double f;
     int64_t i;

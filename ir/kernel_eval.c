@@ -662,7 +662,6 @@ static void run_row(ev *e, int64_t row, acc *leaves, bool has_elem, bool has_row
 
 /* ---- Setup ------------------------------------------------------------------------------- */
 
-static int n_ops(int op) { return op <= KIR_REDUCED ? 0 : op <= KIR_ROUND ? 1 : op <= KIR_GE ? 2 : 3; }
 
 /* The instructions the roots marked in need[] read, transitively, listed in order. */
 static plan make_plan(const kir_kernel *k, uint8_t *need, int32_t *list)
@@ -672,7 +671,7 @@ static plan make_plan(const kir_kernel *k, uint8_t *need, int32_t *list)
             continue;
         const kir_inst *in = &k->insts[i];
         const int32_t ops[3] = {in->a, in->b, in->c};
-        for (int j = 0; j < n_ops(in->op); j++)
+        for (int j = 0; j < kir_n_operands(in->op); j++)
             need[ops[j]] = 1;
     }
     plan p = {0, list};
