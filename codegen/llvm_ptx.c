@@ -47,6 +47,8 @@ typedef struct gen {
     /* shared memory of the block-per-row entry: a chunk's leaf records, the binary-counter
      * stack of chunk results, the stage result */
     LLVMValueRef sh_leaf, sh_stack, sh_res;
+    /* ... and of the column entry: the lanes' records of each row, each row's stack, results */
+    LLVMValueRef sh_cols, sh_cstack, sh_cres;
     bool cached[KIR_MAX_INPUTS]; /* kept in shared memory by the shared-memory row entry */
     bool kept[KIR_MAX_STAGES];   /* stages whose values that entry keeps there */
     int alias[KIR_MAX_STAGES];   /* ... over the row of this input (-1: a region of their own) */
@@ -544,7 +546,7 @@ static LLVMValueRef umin64(gen *g, LLVMValueRef a, LLVMValueRef b)
  * positions, fewer than a group, go one at a time. Sites that divide their position into several
  * reduced indices, or carry an i64 position (ARG combiners), take groups of 4: 8 of them kept
  * 90 registers live (a block of 1024 threads has 64 each). */
-enum { GROUP = 8 };
+enum { GROUP = 8, GROUP_MAX = 2 * GROUP };
 
 static int group_size(const kir_kernel *k, bool arg) { return arg || k->rank - k->n_outer > 1 ? GROUP / 2 : GROUP; }
 
@@ -587,7 +589,7 @@ static bool positions(ent *e, rowc *r, LLVMValueRef first, LLVMValueRef step, LL
     LLVMValueRef last = LLVMBuildAdd(b, i, LLVMBuildMul(b, step, ki64(g, n - 1), ""), "");
     LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, last, end, ""), body_bb, out);
     LLVMPositionBuilderAtEnd(b, body_bb);
-    site s[GROUP];
+    site s[GROUP_MAX];
     for (int u = 0; u < n; u++)
         site_begin(e, r, LLVMBuildAdd(b, i, LLVMBuildMul(b, step, ki64(g, u), ""), ""), &s[u]);
     bool ok = run_sites(s, n, pre, body, c);
@@ -877,15 +879,15 @@ static bool accumulate(site *s, group_ctx *c)
     return true;
 }
 
-/* The result of stage `st` over row positions [start, end) (at most one leaf) of row r, by the
- * whole warp: lane l combines positions start + l, start + l + 32, ... in order from the
- * identity, then the lane tree. Every lane gets the result. */
-static bool leaf_result(ent *e, rowc *r, int st, LLVMValueRef start, LLVMValueRef end, LLVMValueRef *v, LLVMValueRef *p)
+/* One lane's part of stage `st` in row r: positions first, first + 32, ... < end combined in
+ * order from the identity, loads in groups of `group`. */
+static bool lane_acc(ent *e, rowc *r, int st, LLVMValueRef first, LLVMValueRef end, int group, LLVMValueRef *v,
+                     LLVMValueRef *p)
 {
     gen *g = e->g;
     LLVMBuilderRef b = g->e.b;
     int comb = g->e.k->stages[st].combiner, t = stage_type(g->e.k, st);
-    group_ctx c = {.group = group_size(g->e.k, is_arg_comb(comb)),
+    group_ctx c = {.group = group,
                    .st = st,
                    .acc = entry_alloca(e, cg_ty_of(&g->e, t)),
                    .accp = entry_alloca(e, g->e.t_i64)};
@@ -893,11 +895,23 @@ static bool leaf_result(ent *e, rowc *r, int st, LLVMValueRef start, LLVMValueRe
     LLVMBuildStore(b, ki64(g, INT64_MAX), c.accp);
     bool *need = reach(g->e.k, &g->e.k->stages[st].value, 1, e);
     c.need = need;
-    bool ok = need && positions(e, r, LLVMBuildAdd(b, start, e->lane, ""), ki64(g, W), end, pre_loads, accumulate, &c);
+    bool ok = need && positions(e, r, first, ki64(g, W), end, pre_loads, accumulate, &c);
     free(need);
     *v = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), c.acc, "");
     *p = LLVMBuildLoad2(b, g->e.t_i64, c.accp, "");
-    warp_tree(e, comb, t, v, p);
+    return ok;
+}
+
+/* The result of stage `st` over row positions [start, end) (at most one leaf) of row r, by the
+ * whole warp: lane l combines positions start + l, start + l + 32, ... (lane_acc), then the
+ * lane tree. Every lane gets the result. */
+static bool leaf_result(ent *e, rowc *r, int st, LLVMValueRef start, LLVMValueRef end, LLVMValueRef *v, LLVMValueRef *p)
+{
+    const kir_kernel *k = e->g->e.k;
+    int comb = k->stages[st].combiner;
+    bool ok = lane_acc(e, r, st, LLVMBuildAdd(e->g->e.b, start, e->lane, ""), end, group_size(k, is_arg_comb(comb)),
+                       v, p);
+    warp_tree(e, comb, stage_type(k, st), v, p);
     return ok;
 }
 
@@ -1140,7 +1154,7 @@ static bool leaf_or_identity(ent *e, rowc *r, int st, LLVMValueRef leaf, LLVMVal
 /* Pushes chunk c's result onto the binary-counter stack: while bit l of c is set, the pending
  * left subtree at level l takes it as its right half. Together with stack_fold this is
  * kernel.h's pairwise tree over the chunks. (Thread 0 only.) */
-static void stack_push(ent *e, int st, LLVMValueRef c, LLVMValueRef v, LLVMValueRef p)
+static void stack_push(ent *e, int st, LLVMValueRef stack, LLVMValueRef c, LLVMValueRef v, LLVMValueRef p)
 {
     gen *g = e->g;
     LLVMBuilderRef b = g->e.b;
@@ -1158,7 +1172,7 @@ static void stack_push(ent *e, int st, LLVMValueRef c, LLVMValueRef v, LLVMValue
     LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntNE, bit, ki64(g, 0), ""), body, out);
     LLVMPositionBuilderAtEnd(b, body);
     LLVMValueRef sv, sp, nv, np = NULL;
-    rec_load(g, g->sh_stack, l, t, &sv, &sp);
+    rec_load(g, stack, l, t, &sv, &sp);
     cg_combine(&g->e, comb, t, sv, sp, LLVMBuildLoad2(b, cg_ty_of(&g->e, t), av, ""),
                LLVMBuildLoad2(b, g->e.t_i64, ap, ""), &nv, &np);
     LLVMBuildStore(b, nv, av);
@@ -1167,13 +1181,13 @@ static void stack_push(ent *e, int st, LLVMValueRef c, LLVMValueRef v, LLVMValue
     LLVMBuildStore(b, LLVMBuildAdd(b, l, ki64(g, 1), ""), al);
     LLVMBuildBr(b, head);
     LLVMPositionBuilderAtEnd(b, out);
-    rec_store(g, g->sh_stack, l, LLVMBuildLoad2(b, cg_ty_of(&g->e, t), av, ""), LLVMBuildLoad2(b, g->e.t_i64, ap, ""));
+    rec_store(g, stack, l, LLVMBuildLoad2(b, cg_ty_of(&g->e, t), av, ""), LLVMBuildLoad2(b, g->e.t_i64, ap, ""));
 }
 
 /* The row's result from the stack after n_chunks pushes: the pending subtrees from the
  * smallest up, each taking what is right of it as its right half (an odd subtree is carried
  * up unchanged, as kernel.h says). The identity for no chunks. (Thread 0 only.) */
-static void stack_fold(ent *e, int st, LLVMValueRef n_chunks, LLVMValueRef *v, LLVMValueRef *p)
+static void stack_fold(ent *e, int st, LLVMValueRef stack, LLVMValueRef n_chunks, LLVMValueRef *v, LLVMValueRef *p)
 {
     gen *g = e->g;
     LLVMBuilderRef b = g->e.b;
@@ -1193,7 +1207,7 @@ static void stack_fold(ent *e, int st, LLVMValueRef n_chunks, LLVMValueRef *v, L
     LLVMValueRef bit = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, LLVMBuildLShr(b, n_chunks, l.i, ""), ki64(g, 1), ""),
                                      ki64(g, 0), "");
     LLVMValueRef sv, sp, cv, cp = NULL;
-    rec_load(g, g->sh_stack, l.i, t, &sv, &sp);
+    rec_load(g, stack, l.i, t, &sv, &sp);
     LLVMValueRef acc = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), av, ""), accp = LLVMBuildLoad2(b, g->e.t_i64, ap, "");
     LLVMValueRef h = LLVMBuildLoad2(b, g->e.t_i1, have, "");
     cg_combine(&g->e, comb, t, sv, sp, acc, accp, &cv, &cp);
@@ -1437,13 +1451,13 @@ static bool stage_by_leaves(ent *e, rowc *r, int st, LLVMValueRef *v, LLVMValueR
     rec_load(g, g->sh_leaf, e->lane, t, v, p);
     warp_tree(e, comb, t, v, p);
     LLVMBasicBlockRef cont2 = if_begin(e, lane0, "push");
-    stack_push(e, st, c.i, *v, *p);
+    stack_push(e, st, g->sh_stack, c.i, *v, *p);
     if_end(e, cont2);
     if_end(e, cont);
     barrier(g);
     loop_end(e, &c);
     cont = if_begin(e, thread0, "fold");
-    stack_fold(e, st, n_chunks, v, p);
+    stack_fold(e, st, g->sh_stack, n_chunks, v, p);
     rec_store(g, g->sh_res, ki64(g, 0), *v, *p);
     if_end(e, cont);
     barrier(g);
@@ -1508,6 +1522,74 @@ static bool emit_rows_block(gen *g, bool smem)
         ok = row_stores(&e, &r, thread0);
     LLVMBuildBr(b, done);
     LLVMPositionBuilderAtEnd(b, done);
+    ent_end(&e);
+    return ok;
+}
+
+/* ---- Rows side by side: the column entry ------------------------------------------------- */
+
+enum { COLS_SHIFT = 3 };
+_Static_assert(CG_PTX_COLS == 1 << COLS_SHIFT, "the column entry's rows per block are a power of two");
+
+/* Block c takes rows c * CG_PTX_COLS + i (ptx.h): thread t works at lane t >> COLS_SHIFT of row
+ * t % CG_PTX_COLS. Per stage and leaf, each thread combines its lane's positions (lane_acc),
+ * the lanes' records meet in shared memory, warp w (there are CG_PTX_COLS) does row w's lane
+ * tree and stacks the leaf; after the last leaf it folds the stack (stage_by_leaves' order),
+ * and every thread reads its row's result back. Threads past the last row read nothing and
+ * store nothing, but keep to the barriers; their offsets are the last row's. */
+static bool emit_cols(gen *g)
+{
+    ent e;
+    ent_begin(g, &e, CG_PTX_ENTRY_COLS);
+    LLVMBuilderRef b = g->e.b;
+    const kir_kernel *k = g->e.k;
+    LLVMValueRef col = LLVMBuildAnd(b, e.tid, ki64(g, CG_PTX_COLS - 1), ""),
+                 lane = LLVMBuildLShr(b, e.tid, ki64(g, COLS_SHIFT), ""),
+                 warp = LLVMBuildLShr(b, e.tid, ki64(g, 5), ""), count = launch_word(&e, CG_PTX_L_COUNT);
+    LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildShl(b, sreg(g, "ctaid.x"), ki64(g, COLS_SHIFT), ""), col, "");
+    LLVMValueRef valid = LLVMBuildICmp(b, LLVMIntULT, row, count, "");
+    rowc r;
+    row_begin(&e, &r, umin64(g, row, LLVMBuildSub(b, count, ki64(g, 1), "")));
+    LLVMValueRef n_leaves =
+        LLVMBuildLShr(b, LLVMBuildAdd(b, e.row_len, ki64(g, KIR_LEAF - 1), ""), ki64(g, LEAF_SHIFT), "");
+    LLVMValueRef mine = LLVMBuildAdd(b, LLVMBuildShl(b, col, ki64(g, 5), ""), lane, ""),
+                 theirs = LLVMBuildAdd(b, LLVMBuildShl(b, warp, ki64(g, 5), ""), e.lane, "");
+    LLVMValueRef ix = LLVMBuildMul(b, warp, ki64(g, 2 * STACK_DEPTH), "");
+    LLVMValueRef stack = LLVMBuildGEP2(b, g->e.t_i64, g->sh_cstack, &ix, 1, "");
+    LLVMValueRef lane0 = LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), "");
+    bool ok = true;
+    for (int st = 0; st < k->n_stages && ok; st++) {
+        int comb = k->stages[st].combiner, t = stage_type(k, st);
+        LLVMValueRef v, p;
+        loop lf;
+        loop_begin(&e, &lf, ki64(g, 0), ki64(g, 1), n_leaves);
+        LLVMValueRef start = LLVMBuildShl(b, lf.i, ki64(g, LEAF_SHIFT), "");
+        LLVMValueRef end = umin64(g, e.row_len, LLVMBuildAdd(b, start, ki64(g, KIR_LEAF), ""));
+        end = LLVMBuildSelect(b, valid, end, start, "");
+        /* twice the groups of the row entries: a block has 8 rows' lanes, not 8 rows */
+        ok = lane_acc(&e, &r, st, LLVMBuildAdd(b, start, lane, ""), end, 2 * group_size(k, is_arg_comb(comb)), &v, &p);
+        rec_store(g, g->sh_cols, mine, v, p);
+        barrier(g);
+        rec_load(g, g->sh_cols, theirs, t, &v, &p);
+        warp_tree(&e, comb, t, &v, &p);
+        LLVMBasicBlockRef cont = if_begin(&e, lane0, "push");
+        stack_push(&e, st, stack, lf.i, v, p);
+        if_end(&e, cont);
+        barrier(g); /* the records are read before the next leaf writes them */
+        loop_end(&e, &lf);
+        cont = if_begin(&e, lane0, "fold");
+        stack_fold(&e, st, stack, n_leaves, &v, &p);
+        rec_store(g, g->sh_cres, warp, v, p);
+        if_end(&e, cont);
+        barrier(g);
+        rec_load(g, g->sh_cres, col, t, &v, &p);
+        barrier(g); /* read before a later stage writes it */
+        r.reduced[st] = stage_value(g, st, v, p);
+    }
+    if (ok && has_elem_stores(k))
+        ok = elem_stores_to(&e, &r, lane, ki64(g, W), LLVMBuildSelect(b, valid, e.row_len, ki64(g, 0), ""));
+    if (ok)
+        ok = row_stores(&e, &r, LLVMBuildAnd(b, valid, LLVMBuildICmp(b, LLVMIntEQ, lane, ki64(g, 0), ""), ""));
     ent_end(&e);
     return ok;
 }
@@ -1675,6 +1757,13 @@ static bool build_module(gen *g)
             return false;
         if (g->block <= 512 && narrow(g->e.k)) /* (1024 threads have 64 registers at most anyway) */
             cap_registers(g, LLVMGetNamedFunction(g->e.mod, CG_PTX_ENTRY_ROWS_SMEM), 40);
+    }
+    if (cg_ptx_has_cols(g->e.k)) {
+        g->sh_cols = shared_array(g, "burnc_sh_cols", 2 * CG_PTX_COLS * W);
+        g->sh_cstack = shared_array(g, "burnc_sh_cstack", 2 * CG_PTX_COLS * STACK_DEPTH);
+        g->sh_cres = shared_array(g, "burnc_sh_cres", 2 * CG_PTX_COLS);
+        if (!emit_cols(g))
+            return false;
     }
     if (cg_ptx_has_multipass(g->e.k))
         return emit_leaves(g) && emit_tree(g) && emit_finish(g);

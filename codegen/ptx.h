@@ -28,7 +28,8 @@
  * 16-byte copies and stores (CG_PTX_FLAG_ROW_VEC, CG_PTX_FLAG_ROW_VEC_OUT), kept stage values
  * written by the whole block over an input's row (cg_ptx_row_alias), which inputs it caches
  * (cg_ptx_row_cached no longer counts phases that read a kept value instead), and the
- * element-wise default of positions per thread (cg_ptx_default_items). */
+ * element-wise default of positions per thread (cg_ptx_default_items); then the column entry
+ * (CG_PTX_ENTRY_COLS, cg_ptx_has_cols). */
 #ifndef BURNC_PTX_H
 #define BURNC_PTX_H
 
@@ -65,6 +66,15 @@ enum { CG_PTX_MAX_LAUNCHES = 16, CG_PTX_MAX_PARAM_WORDS = 512 };
  * block per row, the cached inputs copied from global memory once into shared memory, every
  * stage and the element stores reading them there. Emitted when the kernel keeps something. */
 #define CG_PTX_ENTRY_ROWS_SMEM "burnc_rows_smem"
+/* Rows that lie side by side in memory, read along a strided reduced axis (a sum over the
+ * batch axis: rows are columns): block c takes rows [c * CG_PTX_COLS, c * CG_PTX_COLS +
+ * CG_PTX_COLS), thread t the row t % CG_PTX_COLS at lane t / CG_PTX_COLS of kernel.h's order,
+ * so a warp's load reads CG_PTX_COLS neighbouring rows at 4 positions (whole 32-byte sectors of
+ * f32) instead of 32 positions of one row; the lanes' values meet in shared memory, where warp
+ * w does row w's lane tree. Emitted when cg_ptx_has_cols; the planner takes it when the
+ * arguments' strides say so. Its block is always CG_PTX_COLS * KIR_LANES threads. */
+#define CG_PTX_ENTRY_COLS "burnc_cols"
+enum { CG_PTX_COLS = 8 };
 
 /* The parameter block, in 8-byte words, the same for every entry of a kernel:
  *   in_addr[n_inputs], out_addr[n_outputs]    device addresses
@@ -171,6 +181,23 @@ static inline bool cg_ptx_has_multipass(const kir_kernel *k)
         if (!k->stores[i].row && uses[k->stores[i].value])
             return false;
     return true;
+}
+
+/* Whether a kernel gets the column entry: an input that moves along the last outer axis and
+ * along a reduced axis of runtime stride (not unit), so its rows may be neighbours in memory
+ * and its reduced positions apart. */
+static inline bool cg_ptx_has_cols(const kir_kernel *k)
+{
+    if (cg_ptx_is_elementwise(k) || k->n_outer < 1)
+        return false;
+    for (int s = 0; s < k->n_inputs; s++) {
+        if (k->inputs[s].stride[k->n_outer - 1] == KIR_STRIDE_ZERO)
+            continue;
+        for (int d = k->n_outer; d < k->rank; d++)
+            if (k->inputs[s].stride[d] == KIR_STRIDE_ANY)
+                return true;
+    }
+    return false;
 }
 
 /* Marks the instructions that phase ph of a row evaluates at reduced positions: stage ph's

@@ -40,6 +40,12 @@ static int dtype_size(burnc_dtype_t dt)
     }
 }
 
+/* A slot's stride along axis d in elements (its class, or the argument). */
+static int64_t stride_of(const kir_slot *sl, const int64_t *strides, int d)
+{
+    return sl->stride[d] == KIR_STRIDE_ZERO ? 0 : sl->stride[d] == KIR_STRIDE_UNIT ? 1 : strides[d];
+}
+
 /* Whether the slot's element at flat position p of the domain is offset + p: every axis longer
  * than 1 has the stride of a row-major layout of the domain. */
 static bool slot_contiguous(const kir_kernel *k, const kir_slot *s, const int64_t *extents, const int64_t *strides)
@@ -48,7 +54,7 @@ static bool slot_contiguous(const kir_kernel *k, const kir_slot *s, const int64_
     for (int d = k->rank - 1; d >= 0; d--) {
         if (extents[d] == 1)
             continue;
-        int64_t have = s->stride[d] == KIR_STRIDE_ZERO ? 0 : s->stride[d] == KIR_STRIDE_UNIT ? 1 : strides[d];
+        int64_t have = stride_of(s, strides, d);
         if (have != want)
             return false;
         want *= extents[d];
@@ -101,7 +107,7 @@ static bool ew_inner(const kir_kernel *k, const kir_args *a, int items)
         if (addr % vec)
             return false;
         for (int d = 0; d < last; d++) {
-            int64_t st = sl->stride[d] == KIR_STRIDE_ZERO ? 0 : sl->stride[d] == KIR_STRIDE_UNIT ? 1 : strides[d];
+            int64_t st = stride_of(sl, strides, d);
             if (a->extents[d] > 1 && ((uint64_t)st * size) % vec)
                 return false;
         }
@@ -125,9 +131,7 @@ static bool row_vec(const kir_kernel *k, const kir_args *a, uint64_t row_len)
         for (int d = k->rank - 1; d >= 0; d--) {
             if (a->extents[d] == 1)
                 continue;
-            int64_t st = k->inputs[s].stride[d] == KIR_STRIDE_ZERO   ? 0
-                         : k->inputs[s].stride[d] == KIR_STRIDE_UNIT ? 1
-                                                                     : strides[d];
+            int64_t st = stride_of(&k->inputs[s], strides, d);
             if (d >= k->n_outer ? (uint64_t)st != want : ((uint64_t)st * size) % 16)
                 return false;
             if (d >= k->n_outer)
@@ -149,20 +153,45 @@ static bool row_vec_out(const kir_kernel *k, const kir_args *a, uint64_t row_len
             continue;
         const int64_t *strides = a->out_strides + (size_t)o * (size_t)k->rank;
         int last = k->rank - 1;
-        int64_t st = k->outputs[o].stride[last] == KIR_STRIDE_ZERO   ? 0
-                     : k->outputs[o].stride[last] == KIR_STRIDE_UNIT ? 1
-                                                                     : strides[last];
+        int64_t st = stride_of(&k->outputs[o], strides, last);
         if ((a->extents[last] > 1 && st != 1) || ((uint64_t)(uintptr_t)a->outputs[o] + (uint64_t)a->out_offsets[o] * 4) % 16)
             return false;
         for (int d = 0; d < last; d++) {
-            int64_t sd = k->outputs[o].stride[d] == KIR_STRIDE_ZERO   ? 0
-                         : k->outputs[o].stride[d] == KIR_STRIDE_UNIT ? 1
-                                                                      : strides[d];
+            int64_t sd = stride_of(&k->outputs[o], strides, d);
             if (a->extents[d] > 1 && ((uint64_t)sd * 4) % 16)
                 return false;
         }
     }
     return true;
+}
+
+/* Column entry (cg_ptx_has_cols): every input that moves along the reduced axes either stays
+ * from row to row (the last outer axis: a broadcast along it), or steps by one element there
+ * and not by one along its innermost moving reduced axis; at least one steps. Such rows are
+ * neighbours in memory, and a warp of the row entries would read 32 positions far apart. */
+static bool cols_layout(const kir_kernel *k, const kir_args *a)
+{
+    int o = k->n_outer - 1;
+    bool any = false;
+    if (!cg_ptx_has_cols(k) || a->extents[o] < 2)
+        return false;
+    for (int s = 0; s < k->n_inputs; s++) {
+        const kir_slot *sl = &k->inputs[s];
+        const int64_t *strides = a->in_strides + (size_t)s * (size_t)k->rank;
+        int64_t inner = 0;
+        for (int d = k->rank - 1; d >= k->n_outer && !inner; d--)
+            if (a->extents[d] > 1)
+                inner = stride_of(sl, strides, d);
+        if (!inner)
+            continue; /* the same elements for every reduced position */
+        int64_t across = stride_of(sl, strides, o);
+        if (across == 0)
+            continue; /* one element for all of a block's rows */
+        if (across != 1 || inner == 1 || inner == -1)
+            return false;
+        any = true;
+    }
+    return any;
 }
 
 /* The words every launch of the kernel shares. */
@@ -252,6 +281,18 @@ bool cg_ptx_plan_launches(const kir_kernel *k, const cg_ptx_options *opt, const 
 
     uint64_t leaves = cdiv(row_len, KIR_LEAF);
     lw[CG_PTX_L_COUNT] = rows;
+    /* rows side by side: the column entry, unless they are too few to fill more than one block
+     * and long enough for the multi-pass entries (not measured: a guess) */
+    bool cols = cols_layout(k, args);
+    if (cols && (rows >= 2 * CG_PTX_COLS || !cg_ptx_has_multipass(k) || rows >= CG_PTX_MULTIPASS_ROWS ||
+                 leaves < CG_PTX_MULTIPASS_LEAVES)) {
+        uint64_t blocks = cdiv(rows, CG_PTX_COLS);
+        if (blocks > GRID_X_MAX)
+            return failf(why, why_cap, "%s: %llu rows need %llu blocks, past the grid limit of 2^31 - 1", name,
+                         (unsigned long long)rows, (unsigned long long)blocks);
+        add(plan, CG_PTX_ENTRY_COLS, blocks * CG_PTX_COLS * KIR_LANES, CG_PTX_COLS * KIR_LANES, w, &l);
+        return true;
+    }
     if (cg_ptx_has_multipass(k) && rows < CG_PTX_MULTIPASS_ROWS && leaves >= CG_PTX_MULTIPASS_LEAVES) {
         /* records: leaves, then ceil(leaves / 32), ... per row; two buffers used in turn */
         uint64_t a_bytes = rows * leaves * CG_PTX_RECORD_BYTES,

@@ -1562,6 +1562,67 @@ Test(ptx, multipass_with_independent_element_stores)
     BT_LEAK_CHECK();
 }
 
+/* Sums over a strided reduced axis of rows that lie side by side (over the batch axis: the
+ * rows are columns) take the column entry; rows laid out along the reduced axis, few long
+ * rows (the multi-pass entries) and mixed layouts do not. */
+Test(ptx, plan_columns)
+{
+    kir_kernel k;
+    kir_init(&k, 2, 1);
+    int x = in_slot(&k, BURNC_DTYPE_F32, "22"), w = in_slot(&k, BURNC_DTYPE_F32, "22");
+    int o = out_slot(&k, BURNC_DTYPE_F32, "20");
+    STORE(&k, o, REDUCED(&k, STAGE(&k, KIR_COMBINE_SUM, OP2(&k, KIR_MUL, KIR_F32, LD(&k, x), LD(&k, w)))), true);
+    snprintf(k.name, sizeof k.name, "colsum");
+    cr_assert(cg_ptx_has_cols(&k));
+    char *ptx = gen_ptx(&k, NULL);
+    cr_assert(strstr(ptx, ".entry " CG_PTX_ENTRY_COLS), "no column entry");
+    free(ptx);
+    static const struct {
+        int64_t ext[2], str[2][2]; /* the strides of x and w */
+        const char *entry;
+    } cases[] = {
+        {{1024, 4096}, {{1, 1024}, {1, 1024}}, CG_PTX_ENTRY_COLS},       /* x * w summed over the batch */
+        {{1000, 9000}, {{1, 1000}, {0, 1}}, CG_PTX_ENTRY_COLS},          /* w a [batch] vector */
+        {{1024, 4096}, {{4096, 1}, {4096, 1}}, CG_PTX_ENTRY_ROWS_WARP},  /* rows along the reduced axis */
+        {{1024, 4096}, {{1, 1024}, {4096, 1}}, CG_PTX_ENTRY_ROWS_WARP},  /* one of each */
+        {{1024, 4096}, {{2, 2048}, {2, 2048}}, CG_PTX_ENTRY_ROWS_WARP},  /* every other column */
+        {{1, 4096}, {{1, 1}, {1, 1}}, CG_PTX_ENTRY_ROWS_WARP},           /* a single row */
+        {{3, 40000}, {{1, 3}, {1, 3}}, CG_PTX_ENTRY_LEAVES},             /* few long rows */
+        {{20, 40000}, {{1, 20}, {1, 20}}, CG_PTX_ENTRY_COLS},            /* enough for 2 blocks */
+    };
+    for (size_t i = 0; i < COUNT(cases); i++) {
+        launch_args la;
+        contiguous_args(&k, &la, cases[i].ext);
+        for (int s = 0; s < 2; s++)
+            memcpy(la.in_str + 2 * s, cases[i].str[s], sizeof cases[i].str[s]);
+        cg_ptx_options opt = {.sm = 90, .block = 128};
+        cg_ptx_plan p;
+        char why[256];
+        cr_assert(plan(&k, &opt, &la, 1 << 20, &p, why, sizeof why), "%s", why);
+        cr_assert_str_eq(p.launch[0].entry, cases[i].entry, "case %zu", i);
+        if (!strcmp(cases[i].entry, CG_PTX_ENTRY_COLS)) {
+            cr_assert_eq(p.n, 1);
+            cr_assert_eq(p.launch[0].block[0], CG_PTX_COLS * KIR_LANES, "the entry's block, whatever the options");
+            cr_assert_eq(p.launch[0].grid[0], (cases[i].ext[0] + CG_PTX_COLS - 1) / CG_PTX_COLS);
+        }
+    }
+    kir_free(&k);
+    /* no reduced axis of runtime stride, or rows that never move: no column entry */
+    static const char *none[][2] = {{"21", "20"}, {"02", "00"}};
+    for (size_t i = 0; i < COUNT(none); i++) {
+        kir_init(&k, 2, 1);
+        int a = in_slot(&k, BURNC_DTYPE_F32, none[i][0]), r = out_slot(&k, BURNC_DTYPE_F32, none[i][1]);
+        STORE(&k, r, REDUCED(&k, STAGE(&k, KIR_COMBINE_SUM, LD(&k, a))), true);
+        snprintf(k.name, sizeof k.name, "rows_%zu", i);
+        cr_assert(!cg_ptx_has_cols(&k), "%s", none[i][0]);
+        ptx = gen_ptx(&k, NULL);
+        cr_assert(!strstr(ptx, ".entry " CG_PTX_ENTRY_COLS), "%s: a column entry", none[i][0]);
+        free(ptx);
+        kir_free(&k);
+    }
+    BT_LEAK_CHECK();
+}
+
 Test(ptx, plan_refuses_past_grid_limits)
 {
     kir_kernel k;
@@ -1663,6 +1724,66 @@ Test(ptx, gpu_rows_match_cpu)
                     free(data), free(a), free(b);
                 }
     }
+    burnc_device_release(cpu);
+    burnc_device_release(gpu);
+    BT_LEAK_CHECK();
+}
+
+/* Reductions over axis 0 of x [n, m] (the column entry, or the multi-pass one for few long
+ * columns): op 0 sum of x * w (burnc-bench's colsum), 1 softmax (two stages and element
+ * stores), 2 argmax (positions), 3 mean and variance through a strided view (x transposed
+ * back, so the rows are contiguous and the columns are not: the row entries). */
+static void col_op(burnc_device_t *dev, const float *data, int64_t n, int64_t m, int op, float *out)
+{
+    burnc_scope_begin();
+    burnc_tensor_t *x = bt_f32(dev, 2, (int64_t[]){n, m}, data), *y;
+    if (op == 0)
+        y = burnc_sum(burnc_mul(x, bt_f32(dev, 2, (int64_t[]){n, m}, data + n * m)), 1, (int[]){0}, false);
+    else if (op == 1)
+        y = burnc_softmax(x, 0);
+    else if (op == 2)
+        y = burnc_cast(burnc_argmax(x, 0, false), BURNC_DTYPE_F32);
+    else {
+        burnc_tensor_t *t = burnc_transpose(bt_f32(dev, 2, (int64_t[]){m, n}, data), 0, 1);
+        y = burnc_var(t, 1, (int[]){0}, 1.0, false);
+    }
+    bt_read_f32(BT_NOT_NULL(y), out, op == 1 ? n * m : m);
+    burnc_scope_end();
+}
+
+Test(ptx, gpu_columns_match_cpu)
+{
+    burnc_device_t *gpu = burnc_device_open("cuda:0");
+    if (!gpu && burnc_error_code() == BURNC_ERR_UNAVAILABLE)
+        cr_skip_test("cuda:0 is not available: %s", burnc_error_message());
+    cr_assert_not_null(gpu, "cuda:0: %s", burnc_error_message());
+    burnc_device_t *cpu = burnc_device_open("cpu");
+    if (!cpu) {
+        burnc_device_release(gpu);
+        cr_skip_test("cpu is not available to compare with: %s", burnc_error_message());
+    }
+    /* one leaf, a partial block of columns, several leaves with a partial last one, few long
+     * columns (multi-pass), one column */
+    static const int64_t shapes[][2] = {{4096, 1024}, {33, 7}, {9000, 13}, {5000, 100}, {40000, 3}, {4097, 1}};
+    for (size_t s = 0; s < COUNT(shapes); s++)
+        for (int op = 0; op < 4; op++) {
+            int64_t n = shapes[s][0], m = shapes[s][1], total = 2 * n * m;
+            float *data = malloc((size_t)total * sizeof *data), *a = malloc((size_t)(n * m) * sizeof *a),
+                  *b = malloc((size_t)(n * m) * sizeof *b);
+            cr_assert(data && a && b);
+            uint64_t st = 0x9e3779b97f4a7c15u * (s * 5 + (size_t)op + 1);
+            for (int64_t i = 0; i < total; i++) {
+                st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+                data[i] = (float)((double)(st >> 11) * 0x1p-53 * 16 - 8);
+            }
+            data[m] = data[0]; /* a tie for argmax: the first position wins */
+            col_op(gpu, data, n, m, op, a);
+            col_op(cpu, data, n, m, op, b);
+            for (int64_t i = 0; i < (op == 1 ? n * m : m); i++)
+                cr_assert(!memcmp(&a[i], &b[i], sizeof *a), "%lld x %lld, op %d: element %lld is %a on cuda:0, %a on cpu",
+                          (long long)n, (long long)m, op, (long long)i, (double)a[i], (double)b[i]);
+            free(data), free(a), free(b);
+        }
     burnc_device_release(cpu);
     burnc_device_release(gpu);
     BT_LEAK_CHECK();
