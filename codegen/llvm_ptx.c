@@ -42,6 +42,7 @@ typedef struct gen {
     LLVMTypeRef t_gptr; /* a pointer to global memory */
     unsigned md_invariant;
     int items, rows_per_block, block;
+    int cols_shift; /* log2 of the column entry's rows per block (cg_ptx_cols) */
     bool writable_input[KIR_MAX_INPUTS]; /* overwritten in place by an output: no .nc loads */
     cg_ptx_layout lay;
     /* shared memory of the block-per-row entry: a chunk's leaf records, the binary-counter
@@ -1528,25 +1529,26 @@ static bool emit_rows_block(gen *g, bool smem)
 
 /* ---- Rows side by side: the column entry ------------------------------------------------- */
 
-enum { COLS_SHIFT = 3 };
-_Static_assert(CG_PTX_COLS == 1 << COLS_SHIFT, "the column entry's rows per block are a power of two");
+/* Leaves a row of the column entry may have: 2^CSTACK_DEPTH (positions are below 2^64). */
+enum { CSTACK_DEPTH = 64 - LEAF_SHIFT };
 
-/* Block c takes rows c * CG_PTX_COLS + i (ptx.h): thread t works at lane t >> COLS_SHIFT of row
- * t % CG_PTX_COLS. Per stage and leaf, each thread combines its lane's positions (lane_acc),
- * the lanes' records meet in shared memory, warp w (there are CG_PTX_COLS) does row w's lane
- * tree and stacks the leaf; after the last leaf it folds the stack (stage_by_leaves' order),
- * and every thread reads its row's result back. Threads past the last row read nothing and
- * store nothing, but keep to the barriers; their offsets are the last row's. */
+/* With C = 2^cols_shift rows per block, block c takes rows c C + i (ptx.h): thread t works at
+ * lane t >> cols_shift of row t % C. Per stage and leaf, each thread combines its lane's
+ * positions (lane_acc), the lanes' records meet in shared memory, warp w (there are C) does
+ * row w's lane tree and stacks the leaf; after the last leaf it folds the stack
+ * (stage_by_leaves' order), and every thread reads its row's result back. Threads past the
+ * last row read nothing and store nothing, but keep to the barriers; their offsets are the last
+ * row's. */
 static bool emit_cols(gen *g)
 {
     ent e;
     ent_begin(g, &e, CG_PTX_ENTRY_COLS);
     LLVMBuilderRef b = g->e.b;
     const kir_kernel *k = g->e.k;
-    LLVMValueRef col = LLVMBuildAnd(b, e.tid, ki64(g, CG_PTX_COLS - 1), ""),
-                 lane = LLVMBuildLShr(b, e.tid, ki64(g, COLS_SHIFT), ""),
+    LLVMValueRef col = LLVMBuildAnd(b, e.tid, ki64(g, (1 << g->cols_shift) - 1), ""),
+                 lane = LLVMBuildLShr(b, e.tid, ki64(g, g->cols_shift), ""),
                  warp = LLVMBuildLShr(b, e.tid, ki64(g, 5), ""), count = launch_word(&e, CG_PTX_L_COUNT);
-    LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildShl(b, sreg(g, "ctaid.x"), ki64(g, COLS_SHIFT), ""), col, "");
+    LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildShl(b, sreg(g, "ctaid.x"), ki64(g, g->cols_shift), ""), col, "");
     LLVMValueRef valid = LLVMBuildICmp(b, LLVMIntULT, row, count, "");
     rowc r;
     row_begin(&e, &r, umin64(g, row, LLVMBuildSub(b, count, ki64(g, 1), "")));
@@ -1554,7 +1556,7 @@ static bool emit_cols(gen *g)
         LLVMBuildLShr(b, LLVMBuildAdd(b, e.row_len, ki64(g, KIR_LEAF - 1), ""), ki64(g, LEAF_SHIFT), "");
     LLVMValueRef mine = LLVMBuildAdd(b, LLVMBuildShl(b, col, ki64(g, 5), ""), lane, ""),
                  theirs = LLVMBuildAdd(b, LLVMBuildShl(b, warp, ki64(g, 5), ""), e.lane, "");
-    LLVMValueRef ix = LLVMBuildMul(b, warp, ki64(g, 2 * STACK_DEPTH), "");
+    LLVMValueRef ix = LLVMBuildMul(b, warp, ki64(g, 2 * CSTACK_DEPTH), "");
     LLVMValueRef stack = LLVMBuildGEP2(b, g->e.t_i64, g->sh_cstack, &ix, 1, "");
     LLVMValueRef lane0 = LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), "");
     bool ok = true;
@@ -1566,7 +1568,8 @@ static bool emit_cols(gen *g)
         LLVMValueRef start = LLVMBuildShl(b, lf.i, ki64(g, LEAF_SHIFT), "");
         LLVMValueRef end = umin64(g, e.row_len, LLVMBuildAdd(b, start, ki64(g, KIR_LEAF), ""));
         end = LLVMBuildSelect(b, valid, end, start, "");
-        /* twice the groups of the row entries: a block has 8 rows' lanes, not 8 rows */
+        /* twice the groups of the row entries: a thread has one lane of a row, and rows of one
+         * leaf have 32 threads in all */
         ok = lane_acc(&e, &r, st, LLVMBuildAdd(b, start, lane, ""), end, 2 * group_size(k, is_arg_comb(comb)), &v, &p);
         rec_store(g, g->sh_cols, mine, v, p);
         barrier(g);
@@ -1759,9 +1762,11 @@ static bool build_module(gen *g)
             cap_registers(g, LLVMGetNamedFunction(g->e.mod, CG_PTX_ENTRY_ROWS_SMEM), 40);
     }
     if (cg_ptx_has_cols(g->e.k)) {
-        g->sh_cols = shared_array(g, "burnc_sh_cols", 2 * CG_PTX_COLS * W);
-        g->sh_cstack = shared_array(g, "burnc_sh_cstack", 2 * CG_PTX_COLS * STACK_DEPTH);
-        g->sh_cres = shared_array(g, "burnc_sh_cres", 2 * CG_PTX_COLS);
+        /* 42.5 KB at 32 rows a block, under the 48 KB of static shared memory */
+        unsigned cols = 1u << g->cols_shift;
+        g->sh_cols = shared_array(g, "burnc_sh_cols", 2 * cols * W);
+        g->sh_cstack = shared_array(g, "burnc_sh_cstack", 2 * cols * CSTACK_DEPTH);
+        g->sh_cres = shared_array(g, "burnc_sh_cres", 2 * cols);
         if (!emit_cols(g))
             return false;
     }
@@ -1833,6 +1838,8 @@ static bool ptx_options(const kir_kernel *k, const cg_ptx_options *opt, gen *g, 
     g->items = opt->items ? opt->items : cg_ptx_default_items(k);
     g->rows_per_block = opt->rows_per_block ? opt->rows_per_block : CG_PTX_DEFAULT_ROWS_PER_BLOCK;
     g->block = opt->block ? opt->block : CG_PTX_DEFAULT_BLOCK;
+    for (g->cols_shift = 0; 1 << g->cols_shift < cg_ptx_cols(opt);)
+        g->cols_shift++;
     g->lay = cg_ptx_params_layout(k);
     if (g->lay.n_words > CG_PTX_MAX_PARAM_WORDS)
         return cg_failf(err, cap, "compile_ptx %s: %d parameter words, more than %d", k->name, g->lay.n_words,

@@ -67,14 +67,13 @@ enum { CG_PTX_MAX_LAUNCHES = 16, CG_PTX_MAX_PARAM_WORDS = 512 };
  * stage and the element stores reading them there. Emitted when the kernel keeps something. */
 #define CG_PTX_ENTRY_ROWS_SMEM "burnc_rows_smem"
 /* Rows that lie side by side in memory, read along a strided reduced axis (a sum over the
- * batch axis: rows are columns): block c takes rows [c * CG_PTX_COLS, c * CG_PTX_COLS +
- * CG_PTX_COLS), thread t the row t % CG_PTX_COLS at lane t / CG_PTX_COLS of kernel.h's order,
- * so a warp's load reads CG_PTX_COLS neighbouring rows at 4 positions (whole 32-byte sectors of
- * f32) instead of 32 positions of one row; the lanes' values meet in shared memory, where warp
- * w does row w's lane tree. Emitted when cg_ptx_has_cols; the planner takes it when the
- * arguments' strides say so. Its block is always CG_PTX_COLS * KIR_LANES threads. */
+ * batch axis: rows are columns): with C = cg_ptx_cols(options), block c takes rows [c C, c C +
+ * C), thread t the row t % C at lane t / C of kernel.h's order, so a warp's load reads C
+ * neighbouring rows at 32 / C positions (whole 32-byte sectors of f32 from C = 8) instead of 32
+ * positions of one row; the lanes' values meet in shared memory, where warp w does row w's lane
+ * tree. Emitted when cg_ptx_has_cols; the planner takes it when the arguments' strides say so.
+ * Its block is C * KIR_LANES threads, whatever options.block says. */
 #define CG_PTX_ENTRY_COLS "burnc_cols"
-enum { CG_PTX_COLS = 8 };
 
 /* The parameter block, in 8-byte words, the same for every entry of a kernel:
  *   in_addr[n_inputs], out_addr[n_outputs]    device addresses
@@ -398,6 +397,16 @@ static inline uint64_t cg_ptx_row_smem_bytes(const kir_kernel *k, uint64_t row_l
 
 /* Defaults of cg_ptx_options' zero fields (the planner and the generator agree on them). */
 enum { CG_PTX_DEFAULT_BLOCK = 256, CG_PTX_DEFAULT_ITEMS = 4, CG_PTX_DEFAULT_ROWS_PER_BLOCK = 8 };
+
+/* The column entry's rows per block: rows_per_block rounded down to a power of two in [4, 32]
+ * (autotune's row candidates choose it). */
+static inline int cg_ptx_cols(const cg_ptx_options *o)
+{
+    int r = o->rows_per_block ? o->rows_per_block : CG_PTX_DEFAULT_ROWS_PER_BLOCK, c = 4;
+    while (c < 32 && 2 * c <= r)
+        c *= 2;
+    return c;
+}
 
 /* Positions per thread of an element-wise kernel when the options leave it 0. A thread keeps
  * one 16-byte vector per input in flight at 4 positions of f32; a kernel reading at most one

@@ -1602,9 +1602,27 @@ Test(ptx, plan_columns)
         cr_assert_str_eq(p.launch[0].entry, cases[i].entry, "case %zu", i);
         if (!strcmp(cases[i].entry, CG_PTX_ENTRY_COLS)) {
             cr_assert_eq(p.n, 1);
-            cr_assert_eq(p.launch[0].block[0], CG_PTX_COLS * KIR_LANES, "the entry's block, whatever the options");
-            cr_assert_eq(p.launch[0].grid[0], (cases[i].ext[0] + CG_PTX_COLS - 1) / CG_PTX_COLS);
+            cr_assert_eq(p.launch[0].block[0], 8 * KIR_LANES, "the entry's block, whatever the options");
+            cr_assert_eq(p.launch[0].grid[0], (cases[i].ext[0] + 7) / 8);
         }
+    }
+    /* autotune's row candidates choose the rows per block: 4 to 32 (1024 threads), and the
+     * entry's shared memory fits at each (ptxas checks it where present) */
+    static const int rpb[][2] = {{1, 4}, {2, 4}, {4, 4}, {8, 8}, {16, 16}, {31, 16}, {32, 32}};
+    for (size_t i = 0; i < COUNT(rpb); i++) {
+        cg_ptx_options opt = {.sm = 90, .rows_per_block = rpb[i][0]};
+        cr_assert_eq(cg_ptx_cols(&opt), rpb[i][1], "rows_per_block %d", rpb[i][0]);
+        launch_args la;
+        contiguous_args(&k, &la, (int64_t[]){1000, 333});
+        la.in_str[0] = la.in_str[2] = 1, la.in_str[1] = la.in_str[3] = 1000;
+        cg_ptx_plan p;
+        char why[256];
+        cr_assert(plan(&k, &opt, &la, 0, &p, why, sizeof why), "%s", why);
+        cr_assert_str_eq(p.launch[0].entry, CG_PTX_ENTRY_COLS);
+        cr_assert_eq(p.launch[0].block[0], (uint32_t)rpb[i][1] * KIR_LANES);
+        cr_assert_eq(p.launch[0].grid[0], (1000u + (uint32_t)rpb[i][1] - 1) / (uint32_t)rpb[i][1]);
+        if (rpb[i][0] == rpb[i][1])
+            free(gen_ptx(&k, &opt));
     }
     kir_free(&k);
     /* no reduced axis of runtime stride, or rows that never move: no column entry */
