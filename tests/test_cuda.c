@@ -302,8 +302,9 @@ Test(cuda, elementwise_bitwise_equal_to_cpu)
     BT_LEAK_CHECK();
 }
 
-/* Row sums, a whole-tensor sum, softmax and argmax of x [rows, cols] on dev, read into out
- * (rows + 1 + rows * cols floats, then rows i64). */
+/* Row sums, a whole-tensor sum, softmax, a loss and argmax of x [rows, cols] on dev, then
+ * column sums of x * x and column maxima (the column entry), read into out (rows + 2 +
+ * 2 * rows * cols + 2 * cols floats) and arg (rows i64). */
 static void reductions(burnc_device_t *dev, const float *x, int64_t rows, int64_t cols, float *out, int64_t *arg)
 {
     const int64_t shape[2] = {rows, cols};
@@ -323,16 +324,20 @@ static void reductions(burnc_device_t *dev, const float *x, int64_t rows, int64_
     BT_ASSERT_OK(burnc_tensor_read(all, out + rows, sizeof *out));
     BT_ASSERT_OK(burnc_tensor_read(sm, out + rows + 1, (size_t)(rows * cols) * sizeof *out));
     BT_ASSERT_OK(burnc_tensor_read(am, arg, (size_t)rows * sizeof *arg));
+    float *col = out + rows + 2 + 2 * rows * cols;
+    BT_ASSERT_OK(burnc_tensor_read(burnc_sum(burnc_mul(t, t), 1, (int[]){0}, false), col, (size_t)cols * sizeof *out));
+    BT_ASSERT_OK(burnc_tensor_read(burnc_max(t, 1, (int[]){0}, false), col + cols, (size_t)cols * sizeof *out));
     burnc_scope_end();
 }
 
 Test(cuda, reductions_identical_across_runs_tuning_and_cpu)
 {
     burnc_device_t *gpu = open_gpu();
-    /* short rows (one leaf), long rows (several leaves, a partial last one) */
-    static const int64_t shapes[][2] = {{333, 1000}, {7, 3 * 4096 + 1001}, {1, (1 << 20) + 5}};
+    /* short rows (one leaf), long rows (several leaves, a partial last one); long columns
+     * (several leaves) */
+    static const int64_t shapes[][2] = {{333, 1000}, {7, 3 * 4096 + 1001}, {1, (1 << 20) + 5}, {9001, 40}};
     for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
-        int64_t rows = shapes[sh][0], cols = shapes[sh][1], nf = rows + 2 + 2 * rows * cols;
+        int64_t rows = shapes[sh][0], cols = shapes[sh][1], nf = rows + 2 + 2 * rows * cols + 2 * cols;
         float *x = malloc((size_t)(rows * cols) * sizeof *x);
         float *first = malloc((size_t)nf * sizeof *first), *again = malloc((size_t)nf * sizeof *again);
         int64_t *arg0 = malloc((size_t)rows * sizeof *arg0), *arg1 = malloc((size_t)rows * sizeof *arg1);
