@@ -602,6 +602,60 @@ Test(vulkan, glsl_every_option_compiles_and_validates)
 #endif
 }
 
+#if BURNC_HAVE_VULKAN
+/* The shaders' udiv (codegen/glsl.c) in C. */
+static uint32_t udiv_by_word(uint32_t n, int64_t g)
+{
+    uint32_t s = (uint32_t)(g >> 32), t = (uint32_t)((uint64_t)n * (uint32_t)g >> 32);
+    return (t + ((n - t) >> (s & 1))) >> (s >> 1);
+}
+
+static uint32_t xorshift32(uint32_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 17;
+    *x ^= *x << 5;
+    return *x;
+}
+#endif
+
+Test(vulkan, divisor_words_divide_exactly)
+{
+#if BURNC_HAVE_VULKAN
+    uint32_t divisors[4096], seed = 12345;
+    int nd = 0;
+    const uint32_t fixed[] = {1, 2, 3, 5, 6, 7, 10, 641, 4096 + 9, 0x7fffffffu, 0x80000001u, 0xfffffffeu, 0xffffffffu};
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+        divisors[nd++] = fixed[i];
+    for (int l = 1; l < 32; l++) {
+        divisors[nd++] = 1u << l;
+        divisors[nd++] = (1u << l) - 1;
+        divisors[nd++] = (1u << l) + 1;
+    }
+    for (int w = 0; nd < 4096; w = (w + 1) % 32) { /* of every width */
+        uint32_t r = xorshift32(&seed) >> w;
+        divisors[nd++] = r ? r : 1;
+    }
+    for (int i = 0; i < nd; i++) {
+        uint32_t d = divisors[i], top = UINT32_MAX / d * d;
+        int64_t g = cg_glsl_divisor(d);
+        uint32_t ns[40] = {0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, top - 1, top, top - d, top - d - 1,
+                           UINT32_MAX, UINT32_MAX - 1, 0x80000000u, 0x7fffffffu};
+        for (int j = 15; j < 40; j++)
+            ns[j] = j < 25 ? xorshift32(&seed) : xorshift32(&seed) >> (j % 32);
+        for (int j = 0; j < 40; j++) {
+            uint32_t n = ns[j], q = udiv_by_word(n, g);
+            cr_assert_eq(q, n / d, "%u / %u: %u", n, d, q);
+            cr_assert_eq(n - q * d, n % d, "%u %% %u: %u", n, d, n - q * d);
+        }
+    }
+    cr_assert_eq(cg_glsl_divisor(0), 0);
+    cr_assert_eq(cg_glsl_divisor((int64_t)1 << 32), 0);
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
+}
+
 Test(vulkan, autotune_candidates_give_the_same_bits)
 {
 #if BURNC_HAVE_VULKAN
