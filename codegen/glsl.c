@@ -105,6 +105,7 @@ enum {
     H_CVT = 1 << 4,     /* saturating float -> int */
     H_ISNAN = 1 << 5,
     H_FMA = 1 << 6,
+    H_UDIV = 1 << 7,    /* 32-bit division by an extent's divisor word */
 };
 
 typedef struct emitter {
@@ -128,11 +129,11 @@ static int word_shift(const emitter *e, burnc_dtype_t dt)
 }
 
 /* Argument words: [0] positions (element-wise) or rows, [1] row length, [2..2+rank) extents,
- * then per input (offset, strides[rank]), per output the same, per scalar (raw 64 bits, f32
- * bits). */
+ * [2+rank..2+2 rank) their divisor words (cg_glsl_divisor), then per input (offset,
+ * strides[rank]), per output the same, per scalar (raw 64 bits, f32 bits). */
 static void layout(const kir_kernel *k, int *in_base, int *out_base, int *scalar_base)
 {
-    *in_base = 2 + k->rank;
+    *in_base = 2 + 2 * k->rank;
     *out_base = *in_base + k->n_inputs * (1 + k->rank);
     *scalar_base = *out_base + k->n_outputs * (1 + k->rank);
 }
@@ -158,6 +159,22 @@ static bool elementwise(const kir_kernel *k)
     return true;
 }
 
+/* Granlund and Montgomery, "Division by invariant integers using multiplication" (1994),
+ * figure 4.1 with N = 32: l = ceil(log2 d), m = 2^32 (2^l - d) / d + 1 (below 2^32), s1 =
+ * min(l, 1), s2 = max(l - 1, 0). The add indicator's fix-up (n - t) >> s1 keeps m to 32 bits;
+ * s1 = 0 only for d = 1, where m = 1 and t = 0. */
+int64_t cg_glsl_divisor(int64_t d)
+{
+    if (d < 1 || d > (int64_t)UINT32_MAX)
+        return 0;
+    int l = 0;
+    while (((int64_t)1 << l) < d)
+        l++;
+    uint64_t m = ((((uint64_t)1 << l) - (uint64_t)d) << 32) / (uint64_t)d + 1;
+    int s1 = l < 1 ? l : 1, s2 = l - s1;
+    return (int64_t)(m | (uint64_t)(2 * s2 + s1) << 32);
+}
+
 void cg_glsl_pack_args(const kir_kernel *k, const kir_args *a, int64_t *w)
 {
     int ib, ob, sbase;
@@ -167,8 +184,10 @@ void cg_glsl_pack_args(const kir_kernel *k, const kir_args *a, int64_t *w)
         *(d < k->n_outer ? &rows : &row_len) *= a->extents[d];
     w[0] = rows;
     w[1] = row_len;
-    for (int d = 0; d < k->rank; d++)
+    for (int d = 0; d < k->rank; d++) {
         w[2 + d] = a->extents[d];
+        w[2 + k->rank + d] = cg_glsl_divisor(a->extents[d]);
+    }
     for (int s = 0; s < k->n_inputs; s++) {
         w[ib + s * (1 + k->rank)] = a->in_offsets[s];
         for (int d = 0; d < k->rank; d++)
@@ -596,8 +615,9 @@ static void emit_stores(emitter *e, bool row, uint8_t *need, int32_t *list, cons
 
 /* Decomposes `var` (row-major) into p<from>..p<to-1>. var is below the product of the extents
  * (`bound`, an argument word), so the first axis takes what is left without a division, and
- * below 2^32 the divisions are 32-bit ones (64-bit division is a long emulated sequence on GPUs;
- * the branch is uniform). */
+ * below 2^32 the divisions are 32-bit ones by the extents' divisor words: a multiply-high and
+ * shifts, where a division by a value unknown to the compiler is a long sequence on GPUs (64-bit
+ * division a longer one still; the branch is uniform). */
 static void emit_positions(emitter *e, const char *var, int from, int to, const char *indent, int bound)
 {
     sb *b = &e->body;
@@ -607,9 +627,11 @@ static void emit_positions(emitter *e, const char *var, int from, int to, const 
         sb_printf(b, "%sp%d = %s;\n", indent, from, var);
         return;
     }
-    sb_printf(b, "%sif (A.w[%d] <= 4294967295l) {\n%s  uint q = uint(%s);\n", indent, bound, indent, var);
+    e->helpers |= H_UDIV;
+    sb_printf(b, "%sif (A.w[%d] <= 4294967295l) {\n%s  uint q = uint(%s), x;\n", indent, bound, indent, var);
     for (int d = to - 1; d > from; d--)
-        sb_printf(b, "%s  p%d = int64_t(q %% uint(A.w[%d])); q /= uint(A.w[%d]);\n", indent, d, 2 + d, 2 + d);
+        sb_printf(b, "%s  x = udiv(q, A.w[%d]); p%d = int64_t(q - x * uint(A.w[%d])); q = x;\n", indent,
+                  2 + e->k->rank + d, d, 2 + d);
     sb_printf(b, "%s  p%d = int64_t(q);\n%s} else {\n%s  int64_t q = %s;\n", indent, from, indent, indent, var);
     for (int d = to - 1; d > from; d--)
         sb_printf(b, "%s  p%d = q %% A.w[%d]; q /= A.w[%d];\n", indent, d, 2 + d, 2 + d);
@@ -1037,6 +1059,14 @@ static const char helper_idiv[] =
     "int64_t fmodi_i64(int64_t a, int64_t b) { if (b == 0l || b == -1l) return 0l; int64_t r = a - (a / b) * b;\n"
     "  return (r != 0l && ((r < 0l) != (b < 0l))) ? r + b : r; }\n";
 
+/* n / d for d's divisor word g (cg_glsl_divisor): m in the low 32 bits, 2 s2 + s1 above. */
+static const char helper_udiv[] =
+    "uint udiv(uint n, int64_t g) {\n"
+    "  uint t, lo, s = uint(g >> 32);\n"
+    "  umulExtended(n, uint(g), t, lo);\n"
+    "  return (t + ((n - t) >> (s & 1u))) >> (s >> 1);\n"
+    "}\n";
+
 static const char helper_mulhi[] =
     "uint mulhi_u32(uint a, uint b) { uint hi, lo; umulExtended(a, b, hi, lo); return hi; }\n"
     "uint64_t mulhi_u64(uint64_t a, uint64_t b) {\n"
@@ -1236,6 +1266,8 @@ static void emit_head(emitter *e, sb *b)
         sb_printf(b, "%s", helper_idiv);
     if (e->helpers & H_MULHI)
         sb_printf(b, "%s", helper_mulhi);
+    if (e->helpers & H_UDIV)
+        sb_printf(b, "%s", helper_udiv);
     if (e->helpers & H_FMOD)
         sb_printf(b, "%s%s", helper_fmod_f32, e->uses_f64 ? helper_fmod_f64 : "");
     if (e->helpers & H_FMA)

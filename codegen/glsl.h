@@ -55,6 +55,12 @@ char *cg_glsl_emit(const kir_kernel *k, const cg_glsl_options *opt);
 size_t cg_glsl_arg_words(const kir_kernel *k);
 void cg_glsl_pack_args(const kir_kernel *k, const kir_args *a, int64_t *words);
 
+/* The divisor word of an extent d, packed beside the extents: the shaders divide a 32-bit n by
+ * d without a division instruction, exactly for every n, as t = umulHi(n, m), n / d =
+ * (t + ((n - t) >> s1)) >> s2, the word m | (2 s2 + s1) << 32. 0 for d = 0 or d >= 2^32, which
+ * no 32-bit division meets (positions past 2^32 are divided in 64 bits). */
+int64_t cg_glsl_divisor(int64_t d);
+
 /* Multi-pass reductions: a kernel of one stage and row stores only (a whole-tensor sum, a few
  * long rows) can run as passes instead of a workgroup per row, so that a few rows fill the
  * device. Its passes are a shader of their own (cg_glsl_options.passes) with one more binding

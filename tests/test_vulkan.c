@@ -208,6 +208,68 @@ Test(vulkan, to_device_between_cpu_ref_and_vulkan)
     BT_LEAK_CHECK();
 }
 
+/* x * a - b, or x * a + b with `plus`, releasing the product. */
+static burnc_tensor_t *mul_add(burnc_tensor_t *x, burnc_tensor_t *a, burnc_tensor_t *b, bool plus)
+{
+    burnc_tensor_t *xa = BT_NOT_NULL(burnc_mul(x, a)), *r = BT_NOT_NULL(plus ? burnc_add(xa, b) : burnc_sub(xa, b));
+    burnc_tensor_release(xa);
+    return r;
+}
+
+/* x [5, 7, 3] against a [7, 1] and b [5, 1, 3] (rank 3), and y [5, 7] against c [7] and
+ * d [5, 1] (rank 2): every axis broadcast by some operand, so no axes merge and each position is
+ * split into indices by odd extents; then x * a - b summed over the inner axes (the lanes'
+ * positions) and over the last (the rows'). Each result read before the next is built, so that
+ * each is a kernel of its own. Small integers: every result is exact, equal to ref's bit for bit. */
+Test(vulkan, broadcasts_of_rank_2_and_3_equal_ref)
+{
+    burnc_device_t *vk = open_vulkan(kernel_spec()), *ref = bt_ref();
+    const int64_t sx[3] = {5, 7, 3}, sa[2] = {7, 1}, sb[3] = {5, 1, 3}, sy[2] = {5, 7}, sc[1] = {7}, sd[2] = {5, 1};
+    float x[105], a[7], b[15], y[35], c[7], d[5];
+    for (int i = 0; i < 105; i++)
+        x[i] = (float)(i % 23 - 11);
+    for (int i = 0; i < 35; i++)
+        y[i] = (float)(i % 13 - 6);
+    for (int i = 0; i < 15; i++)
+        b[i] = (float)(3 * i - 20);
+    for (int i = 0; i < 7; i++) {
+        a[i] = (float)(i + 2);
+        c[i] = (float)(5 - 2 * i);
+    }
+    for (int i = 0; i < 5; i++)
+        d[i] = (float)(7 * i - 9);
+    enum { N_OUT = 4 };
+    const int64_t n_out[N_OUT] = {105, 35, 5, 35};
+    const int inner[2] = {1, 2}, last[1] = {2};
+    float got[N_OUT][105], want[N_OUT][105];
+    burnc_device_t *devs[2] = {vk, ref};
+    for (int v = 0; v < 2; v++) {
+        burnc_tensor_t *tx = tensor_f32(devs[v], 3, sx, x), *ta = tensor_f32(devs[v], 2, sa, a);
+        burnc_tensor_t *tb = tensor_f32(devs[v], 3, sb, b), *ty = tensor_f32(devs[v], 2, sy, y);
+        burnc_tensor_t *tc = tensor_f32(devs[v], 1, sc, c), *td = tensor_f32(devs[v], 2, sd, d);
+        for (int o = 0; o < N_OUT; o++) {
+            burnc_tensor_t *r = o == 1 ? mul_add(ty, tc, td, true) : mul_add(tx, ta, tb, false);
+            if (o >= 2) {
+                burnc_tensor_t *sum = o == 2 ? burnc_sum(r, 2, inner, false) : burnc_sum(r, 1, last, false);
+                burnc_tensor_release(r);
+                r = BT_NOT_NULL(sum);
+            }
+            read_f32(r, v ? want[o] : got[o], (size_t)n_out[o]);
+            burnc_tensor_release(r);
+        }
+        burnc_tensor_t *in[] = {tx, ta, tb, ty, tc, td};
+        for (size_t i = 0; i < sizeof in / sizeof *in; i++)
+            burnc_tensor_release(in[i]);
+    }
+    for (int o = 0; o < N_OUT; o++)
+        for (int64_t i = 0; i < n_out[o]; i++)
+            cr_assert_eq(got[o][i], want[o][i], "output %d element %lld: %g, ref %g", o, (long long)i,
+                         (double)got[o][i], (double)want[o][i]);
+    burnc_device_release(ref);
+    burnc_device_release(vk);
+    BT_LEAK_CHECK();
+}
+
 /* ---- Caches and compile errors ------------------------------------------------------------- */
 
 #if BURNC_HAVE_VULKAN
@@ -597,6 +659,60 @@ Test(vulkan, glsl_every_option_compiles_and_validates)
     }
     kir_free(&k);
     BT_LEAK_CHECK();
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
+}
+
+#if BURNC_HAVE_VULKAN
+/* The shaders' udiv (codegen/glsl.c) in C. */
+static uint32_t udiv_by_word(uint32_t n, int64_t g)
+{
+    uint32_t s = (uint32_t)(g >> 32), t = (uint32_t)((uint64_t)n * (uint32_t)g >> 32);
+    return (t + ((n - t) >> (s & 1))) >> (s >> 1);
+}
+
+static uint32_t xorshift32(uint32_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 17;
+    *x ^= *x << 5;
+    return *x;
+}
+#endif
+
+Test(vulkan, divisor_words_divide_exactly)
+{
+#if BURNC_HAVE_VULKAN
+    uint32_t divisors[4096], seed = 12345;
+    int nd = 0;
+    const uint32_t fixed[] = {1, 2, 3, 5, 6, 7, 10, 641, 4096 + 9, 0x7fffffffu, 0x80000001u, 0xfffffffeu, 0xffffffffu};
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+        divisors[nd++] = fixed[i];
+    for (int l = 1; l < 32; l++) {
+        divisors[nd++] = 1u << l;
+        divisors[nd++] = (1u << l) - 1;
+        divisors[nd++] = (1u << l) + 1;
+    }
+    for (int w = 0; nd < 4096; w = (w + 1) % 32) { /* of every width */
+        uint32_t r = xorshift32(&seed) >> w;
+        divisors[nd++] = r ? r : 1;
+    }
+    for (int i = 0; i < nd; i++) {
+        uint32_t d = divisors[i], top = UINT32_MAX / d * d;
+        int64_t g = cg_glsl_divisor(d);
+        uint32_t ns[40] = {0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, top - 1, top, top - d, top - d - 1,
+                           UINT32_MAX, UINT32_MAX - 1, 0x80000000u, 0x7fffffffu};
+        for (int j = 15; j < 40; j++)
+            ns[j] = j < 25 ? xorshift32(&seed) : xorshift32(&seed) >> (j % 32);
+        for (int j = 0; j < 40; j++) {
+            uint32_t n = ns[j], q = udiv_by_word(n, g);
+            cr_assert_eq(q, n / d, "%u / %u: %u", n, d, q);
+            cr_assert_eq(n - q * d, n % d, "%u %% %u: %u", n, d, n - q * d);
+        }
+    }
+    cr_assert_eq(cg_glsl_divisor(0), 0);
+    cr_assert_eq(cg_glsl_divisor((int64_t)1 << 32), 0);
 #else
     cr_skip_test("burnc was built without the vulkan backend");
 #endif
