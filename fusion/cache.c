@@ -109,14 +109,25 @@ static bool push_record(fus_key *k, const ir_record *r, bool needed, fus_pmap *m
     return true;
 }
 
+static uint64_t mix(uint64_t h, uint64_t w)
+{
+    h = (h ^ w) * UINT64_C(0x9E3779B97F4A7C15);
+    return h ^ h >> 29;
+}
+
+/* Four independent lanes, folded at the end: in one chain every word waited for the previous
+ * word's multiply, and that chain was most of the cost of keying a flush of small ops. */
 static uint64_t hash_words(const int64_t *w, size_t n)
 {
-    uint64_t h = UINT64_C(0x243F6A8885A308D3);
-    for (size_t i = 0; i < n; i++) {
-        h = (h ^ (uint64_t)w[i]) * UINT64_C(0x9E3779B97F4A7C15);
-        h ^= h >> 29;
-    }
-    return h;
+    uint64_t h[4] = {UINT64_C(0x243F6A8885A308D3), UINT64_C(0x13198A2E03707344), UINT64_C(0xA4093822299F31D0),
+                     UINT64_C(0x082EFA98EC4E6C89)};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int l = 0; l < 4; l++)
+            h[l] = mix(h[l], (uint64_t)w[i + l]);
+    for (; i < n; i++)
+        h[0] = mix(h[0], (uint64_t)w[i]);
+    return mix(mix(mix(h[0], h[1]), h[2]), h[3]);
 }
 
 bool fus_key_make(ir_record *const *recs, int n, const bool *needed_outside, const fus_options *opt, fus_key *k)
