@@ -71,16 +71,18 @@ static burnc_status_t broadcast(ir_op op, int n, burnc_tensor_t *const *ts, int 
     return BURNC_OK;
 }
 
-/* x's view stretched to an output shape (stride 0 where it broadcasts). */
-static ir_view broadcast_view(const ir_view *x, int rank, const int64_t *shape)
+/* v (of rank <= `rank`) stretched in place to an output shape, stride 0 where it broadcasts.
+ * In place, in the record: a view built on the stack and copied in cost more than the rest of
+ * recording an element-wise operand. From the last axis down, axis d reads axis d - lead,
+ * which is not written yet. */
+static void broadcast_view(ir_view *v, int rank, const int64_t *shape)
 {
-    ir_view v = {.rank = rank, .offset = x->offset};
-    int lead = rank - x->rank;
-    for (int d = 0; d < rank; d++) {
-        v.shape[d] = shape[d];
-        v.strides[d] = d >= lead && x->shape[d - lead] == shape[d] ? x->strides[d - lead] : 0;
+    int lead = rank - v->rank;
+    for (int d = rank - 1; d >= 0; d--) {
+        v->strides[d] = d >= lead && v->shape[d - lead] == shape[d] ? v->strides[d - lead] : 0;
+        v->shape[d] = shape[d];
     }
-    return v;
+    v->rank = rank;
 }
 
 burnc_tensor_t *rt_cast(burnc_tensor_t *x, burnc_dtype_t dt)
@@ -176,8 +178,8 @@ static burnc_tensor_t *record_elementwise(ir_op op, burnc_dtype_t compute, burnc
     for (int i = 0; i < nscalars; i++)
         r->scalar[i] = scalars[i];
     for (int k = 0; k < n; k++) {
-        ir_view v = broadcast_view(&xs[k]->view, rank, shape);
-        rt_record_input(r, k, xs[k], &v);
+        rt_record_input(r, k, xs[k], NULL);
+        broadcast_view(&r->in[k].view, rank, shape);
     }
     burnc_tensor_t *out = rt_record_commit(dev, r);
     if (!out || !rt_ad_wanted(n, xs))
@@ -539,8 +541,8 @@ static burnc_tensor_t *matmul(burnc_tensor_t *a, burnc_tensor_t *b)
             memcpy(want, shape, (size_t)rb * sizeof *shape);
             want[rb] = k == 0 ? M : K;
             want[rb + 1] = k == 0 ? K : N;
-            ir_view v = broadcast_view(&m, rb + 2, want);
-            rt_record_input(r, k, c[k], &v);
+            rt_record_input(r, k, c[k], &m);
+            broadcast_view(&r->in[k].view, rb + 2, want);
         }
         out = rt_record_commit(dev, r);
     }
