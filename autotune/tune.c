@@ -114,14 +114,46 @@ static struct {
 static once_flag mem_once = ONCE_FLAG_INIT;
 static void mem_init(void) { mtx_init(&mem.lock, mtx_plain); }
 
+static uint64_t map_mix(uint64_t h, uint64_t w)
+{
+    h = (h ^ w) * UINT64_C(0x9E3779B97F4A7C15);
+    return h ^ h >> 29;
+}
+
+/* The map's hash of an id or line of n bytes, 8 bytes a step: ids are over a hundred bytes and
+ * are hashed at every launch, where a multiply per byte cost more than the rest of a lookup. */
+static uint64_t map_hash(const char *s, size_t n)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325) ^ n, w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, s + i, 8);
+        h = map_mix(h, w);
+    }
+    if (i < n) {
+        w = 0;
+        memcpy(&w, s + i, n - i);
+        h = map_mix(h, w);
+    }
+    return h ^ h >> 32;
+}
+
 static char *make_id(const at_query *q, uint64_t *h)
 {
-    size_t n = strlen(q->fingerprint) + strlen(q->family->name) + strlen(q->key) + 3;
+    const char *part[3] = {q->fingerprint, q->family->name, q->key};
+    size_t len[3], n = 0;
+    for (int i = 0; i < 3; i++)
+        n += (len[i] = strlen(part[i])) + 1;
     char *id = malloc(n);
-    if (id) {
-        snprintf(id, n, "%s\x1f%s\x1f%s", q->fingerprint, q->family->name, q->key);
-        *h = fnv(UINT64_C(0xcbf29ce484222325), id);
+    if (!id)
+        return NULL;
+    /* fingerprint \x1f family \x1f key, copied rather than formatted (every launch) */
+    for (size_t i = 0, at = 0; i < 3; i++) {
+        memcpy(id + at, part[i], len[i]);
+        at += len[i];
+        id[at++] = i < 2 ? '\x1f' : '\0';
     }
+    *h = map_hash(id, n - 1);
     return id;
 }
 
@@ -401,7 +433,7 @@ void at_record_line(const char *line)
     /* once per distinct line: lines share the decisions' map (ids of decisions hold \x1f, lines
      * do not, so they never meet) */
     call_once(&mem_once, mem_init);
-    uint64_t h = fnv(UINT64_C(0xcbf29ce484222325), line);
+    uint64_t h = map_hash(line, strlen(line));
     char *id = strdup(line);
     mtx_lock(&mem.lock);
     bool first = id && mem_find(line, h) < 0;

@@ -24,6 +24,7 @@ enum {
 
 typedef struct entry {
     fus_key key;
+    uint64_t hash; /* of the key's words */
     int n_groups;
     fus_group *groups; /* kernels owned; storages cleared */
     fus_group_src *srcs;
@@ -34,6 +35,7 @@ static struct {
     mtx_t lock;
     entry e[CACHE_ENTRIES];
     int next; /* the slot replaced next */
+    int last; /* the slot found or filled last */
     uint64_t hits, misses;
 } cache = {.once = ONCE_FLAG_INIT};
 
@@ -109,14 +111,25 @@ static bool push_record(fus_key *k, const ir_record *r, bool needed, fus_pmap *m
     return true;
 }
 
+static uint64_t mix(uint64_t h, uint64_t w)
+{
+    h = (h ^ w) * UINT64_C(0x9E3779B97F4A7C15);
+    return h ^ h >> 29;
+}
+
+/* Four independent lanes, folded at the end: in one chain every word waited for the previous
+ * word's multiply, and that chain was most of the cost of keying a flush of small ops. */
 static uint64_t hash_words(const int64_t *w, size_t n)
 {
-    uint64_t h = UINT64_C(0x243F6A8885A308D3);
-    for (size_t i = 0; i < n; i++) {
-        h = (h ^ (uint64_t)w[i]) * UINT64_C(0x9E3779B97F4A7C15);
-        h ^= h >> 29;
-    }
-    return h;
+    uint64_t h[4] = {UINT64_C(0x243F6A8885A308D3), UINT64_C(0x13198A2E03707344), UINT64_C(0xA4093822299F31D0),
+                     UINT64_C(0x082EFA98EC4E6C89)};
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int l = 0; l < 4; l++)
+            h[l] = mix(h[l], (uint64_t)w[i + l]);
+    for (; i < n; i++)
+        h[0] = mix(h[0], (uint64_t)w[i]);
+    return mix(mix(mix(h[0], h[1]), h[2]), h[3]);
 }
 
 bool fus_key_make(ir_record *const *recs, int n, const bool *needed_outside, const fus_options *opt, fus_key *k)
@@ -142,12 +155,9 @@ bool fus_key_make(ir_record *const *recs, int n, const bool *needed_outside, con
             fus_pmap_put(&m, recs[r]->out, r);
     }
     fus_pmap_free(&m);
-    if (!ok) {
+    if (!ok)
         fus_key_free(k);
-        return false;
-    }
-    k->hash = hash_words(k->words, k->n);
-    return true;
+    return ok;
 }
 
 void fus_key_free(fus_key *k)
@@ -203,14 +213,22 @@ static void entry_free(entry *e)
     memset(e, 0, sizeof *e);
 }
 
+static bool same_words(const fus_key *a, const fus_key *b)
+{
+    return a->words && a->n == b->n && memcmp(a->words, b->words, a->n * sizeof *a->words) == 0;
+}
+
+/* The entry of key k (under the lock). A loop flushes one structure again and again, so the
+ * entry found or filled last is compared first, before k is hashed: hashing the words cost
+ * more than comparing them. */
 static const entry *find(const fus_key *k)
 {
-    for (int i = 0; i < CACHE_ENTRIES; i++) {
-        const entry *e = &cache.e[i];
-        if (e->key.words && e->key.hash == k->hash && e->key.n == k->n &&
-            memcmp(e->key.words, k->words, k->n * sizeof *k->words) == 0)
-            return e;
-    }
+    if (same_words(&cache.e[cache.last].key, k))
+        return &cache.e[cache.last];
+    uint64_t h = hash_words(k->words, k->n);
+    for (int i = 0; i < CACHE_ENTRIES; i++)
+        if (cache.e[i].hash == h && same_words(&cache.e[i].key, k))
+            return &cache.e[i];
     return NULL;
 }
 
@@ -221,6 +239,7 @@ bool fus_cache_lookup(const fus_key *k, ir_record *const *recs, fus_plan *out)
     const entry *e = find(k);
     bool ok = e != NULL;
     if (e) {
+        cache.last = (int)(e - cache.e);
         /* not zeroed: copy_group overwrites every group it counts in n_groups */
         out->groups = malloc((size_t)(e->n_groups ? e->n_groups : 1) * sizeof *out->groups);
         ok = out->groups != NULL;
@@ -260,7 +279,7 @@ void fus_cache_insert(const fus_key *k, const fus_plan *p, const fus_group_src *
     if (ok) {
         memcpy(fresh.key.words, k->words, k->n * sizeof *k->words);
         fresh.key.n = fresh.key.cap = k->n;
-        fresh.key.hash = k->hash;
+        fresh.hash = hash_words(k->words, k->n);
         memcpy(fresh.srcs, srcs, (size_t)p->n_groups * sizeof *srcs);
     }
     for (int i = 0; ok && i < p->n_groups; i++) {
@@ -280,6 +299,7 @@ void fus_cache_insert(const fus_key *k, const fus_plan *p, const fus_group_src *
     }
     entry old = cache.e[cache.next];
     cache.e[cache.next] = fresh;
+    cache.last = cache.next;
     cache.next = (cache.next + 1) % CACHE_ENTRIES;
     mtx_unlock(&cache.lock);
     entry_free(&old);

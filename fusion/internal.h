@@ -133,7 +133,6 @@ int fus_pmap_get(const fus_pmap *m, const struct rt_storage *k); /* -1 when abse
 typedef struct fus_key {
     int64_t *words;
     size_t n, cap;
-    uint64_t hash;
 } fus_key;
 
 /* false when out of memory or the batch is too large to be worth caching. */

@@ -71,16 +71,18 @@ static burnc_status_t broadcast(ir_op op, int n, burnc_tensor_t *const *ts, int 
     return BURNC_OK;
 }
 
-/* x's view stretched to an output shape (stride 0 where it broadcasts). */
-static ir_view broadcast_view(const ir_view *x, int rank, const int64_t *shape)
+/* v (of rank <= `rank`) stretched in place to an output shape, stride 0 where it broadcasts.
+ * In place, in the record: a view built on the stack and copied in cost more than the rest of
+ * recording an element-wise operand. From the last axis down, axis d reads axis d - lead,
+ * which is not written yet. */
+static void broadcast_view(ir_view *v, int rank, const int64_t *shape)
 {
-    ir_view v = {.rank = rank, .offset = x->offset};
-    int lead = rank - x->rank;
-    for (int d = 0; d < rank; d++) {
-        v.shape[d] = shape[d];
-        v.strides[d] = d >= lead && x->shape[d - lead] == shape[d] ? x->strides[d - lead] : 0;
+    int lead = rank - v->rank;
+    for (int d = rank - 1; d >= 0; d--) {
+        v->strides[d] = d >= lead && v->shape[d - lead] == shape[d] ? v->strides[d - lead] : 0;
+        v->shape[d] = shape[d];
     }
-    return v;
+    v->rank = rank;
 }
 
 burnc_tensor_t *rt_cast(burnc_tensor_t *x, burnc_dtype_t dt)
@@ -104,6 +106,30 @@ burnc_tensor_t *rt_cast(burnc_tensor_t *x, burnc_dtype_t dt)
 }
 
 /* ---- Element-wise ---- */
+/* xs[0..n) in dtype dt, into cs: an operand that has dt already is borrowed (a retain and an
+ * unref per operand were a good part of recording a small op), the others are cast (new
+ * references, for drop_casts). False, with nothing left to drop, when a cast fails. */
+static bool cast_operands(int n, burnc_tensor_t *const *xs, burnc_dtype_t dt, burnc_tensor_t **cs)
+{
+    for (int i = 0; i < n; i++) {
+        cs[i] = xs[i]->dtype == dt ? xs[i] : rt_cast(xs[i], dt);
+        if (!cs[i]) {
+            while (i-- > 0)
+                if (cs[i] != xs[i])
+                    rt_tensor_unref(cs[i]);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void drop_casts(int n, burnc_tensor_t *const *xs, burnc_tensor_t *const *cs)
+{
+    for (int i = 0; i < n; i++)
+        if (cs[i] != xs[i])
+            rt_tensor_unref(cs[i]);
+}
+
 static bool float_only(ir_op op)
 {
     switch (op) {
@@ -152,8 +178,8 @@ static burnc_tensor_t *record_elementwise(ir_op op, burnc_dtype_t compute, burnc
     for (int i = 0; i < nscalars; i++)
         r->scalar[i] = scalars[i];
     for (int k = 0; k < n; k++) {
-        ir_view v = broadcast_view(&xs[k]->view, rank, shape);
-        rt_record_input(r, k, xs[k], &v);
+        rt_record_input(r, k, xs[k], NULL);
+        broadcast_view(&r->in[k].view, rank, shape);
     }
     burnc_tensor_t *out = rt_record_commit(dev, r);
     if (!out || !rt_ad_wanted(n, xs))
@@ -173,12 +199,12 @@ static burnc_tensor_t *unary(ir_op op, burnc_tensor_t *x, const double *scalars,
     double conv[2] = {0, 0};
     for (int i = 0; i < nscalars; i++)
         conv[i] = ir_scalar_to_dtype(scalars[i], dt);
-    burnc_tensor_t *c = rt_cast(x, dt);
-    if (!c)
+    burnc_tensor_t *c;
+    if (!cast_operands(1, &x, dt, &c))
         return NULL;
     burnc_tensor_t *out = record_elementwise(op, dt, bool_result(op) ? BURNC_DTYPE_BOOL : dt, 1, &c, c->view.rank,
                                              c->view.shape, conv, nscalars, 0);
-    rt_tensor_unref(c);
+    drop_casts(1, &x, &c);
     return out;
 }
 
@@ -192,14 +218,12 @@ static burnc_tensor_t *binary(ir_op op, burnc_tensor_t *a, burnc_tensor_t *b)
     if (!dev || broadcast(op, 2, ts, &rank, shape) != BURNC_OK ||
         compute_dtype(op, false, dev, ir_promote(a->dtype, b->dtype), &dt) != BURNC_OK)
         return NULL;
-    burnc_tensor_t *c[2] = {rt_cast(a, dt), NULL};
-    c[1] = c[0] ? rt_cast(b, dt) : NULL;
-    burnc_tensor_t *out = NULL;
-    if (c[1])
-        out = record_elementwise(op, dt, bool_result(op) ? BURNC_DTYPE_BOOL : dt, 2, c, rank, shape, NULL, 0, 0);
-    rt_tensor_unref(c[0]);
-    if (c[1])
-        rt_tensor_unref(c[1]);
+    burnc_tensor_t *c[2];
+    if (!cast_operands(2, ts, dt, c))
+        return NULL;
+    burnc_tensor_t *out = record_elementwise(op, dt, bool_result(op) ? BURNC_DTYPE_BOOL : dt, 2, c, rank, shape,
+                                             NULL, 0, 0);
+    drop_casts(2, ts, c);
     return out;
 }
 
@@ -209,12 +233,12 @@ static burnc_tensor_t *binary_scalar(ir_op op, burnc_tensor_t *a, double s)
     if (compute_dtype(op, true, a->st->dev, a->dtype, &dt) != BURNC_OK)
         return NULL;
     double conv = ir_scalar_to_dtype(s, dt);
-    burnc_tensor_t *c = rt_cast(a, dt);
-    if (!c)
+    burnc_tensor_t *c;
+    if (!cast_operands(1, &a, dt, &c))
         return NULL;
     burnc_tensor_t *out = record_elementwise(op, dt, bool_result(op) ? BURNC_DTYPE_BOOL : dt, 1, &c, c->view.rank,
                                              c->view.shape, &conv, 1, IR_REC_SCALAR_RHS);
-    rt_tensor_unref(c);
+    drop_casts(1, &a, &c);
     return out;
 }
 
@@ -269,15 +293,11 @@ static burnc_tensor_t *where(burnc_tensor_t *cond, burnc_tensor_t *a, burnc_tens
     if (!dev || broadcast(IR_OP_WHERE, 3, ts, &rank, shape) != BURNC_OK)
         return NULL;
     burnc_dtype_t dt = ir_promote(a->dtype, b->dtype);
-    burnc_tensor_t *c[3] = {cond, rt_cast(a, dt), NULL};
-    c[2] = c[1] ? rt_cast(b, dt) : NULL;
-    burnc_tensor_t *out = NULL;
-    if (c[2])
-        out = record_elementwise(IR_OP_WHERE, dt, dt, 3, c, rank, shape, NULL, 0, 0);
-    if (c[1])
-        rt_tensor_unref(c[1]);
-    if (c[2])
-        rt_tensor_unref(c[2]);
+    burnc_tensor_t *c[3] = {cond};
+    if (!cast_operands(2, ts + 1, dt, c + 1))
+        return NULL;
+    burnc_tensor_t *out = record_elementwise(IR_OP_WHERE, dt, dt, 3, c, rank, shape, NULL, 0, 0);
+    drop_casts(2, ts + 1, c + 1);
     return out;
 }
 
@@ -521,8 +541,8 @@ static burnc_tensor_t *matmul(burnc_tensor_t *a, burnc_tensor_t *b)
             memcpy(want, shape, (size_t)rb * sizeof *shape);
             want[rb] = k == 0 ? M : K;
             want[rb + 1] = k == 0 ? K : N;
-            ir_view v = broadcast_view(&m, rb + 2, want);
-            rt_record_input(r, k, c[k], &v);
+            rt_record_input(r, k, c[k], &m);
+            broadcast_view(&r->in[k].view, rb + 2, want);
         }
         out = rt_record_commit(dev, r);
     }

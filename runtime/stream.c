@@ -145,16 +145,17 @@ burnc_tensor_t *rt_record_commit(rt_device *dev, ir_record *r)
     s->recs[s->n++] = r;
     int pending = s->n;
     /* Once unlocked, another thread's flush may run the record and free it: take what the
-     * handle needs now, and the handle's reference too, so that flush sees the output as
-     * needed (and cannot free the storage) before the handle exists. */
+     * handle needs now, and the handle's reference and holder count too, so that flush sees
+     * the output as needed (and cannot free the storage) before the handle exists. Stored,
+     * not added: no other thread can see the storage before the unlock. */
     ir_view v;
     ir_view_dense(&v, r->out_rank, r->out_shape);
     burnc_dtype_t dtype = r->dtype;
-    rt_storage_retain(st);
+    atomic_store_explicit(&st->refs, 2, memory_order_relaxed);
+    atomic_store_explicit(&st->holders, 1, memory_order_relaxed);
     mtx_unlock(&dev->lock);
 
-    burnc_tensor_t *t = rt_tensor_new(st, dtype, &v);
-    rt_storage_release(st);
+    burnc_tensor_t *t = rt_tensor_adopt(st, dtype, &v);
     if (t && record_ctx)
         rt_tensor_set_ctx(t, record_ctx);
     record_ctx = NULL;

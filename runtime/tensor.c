@@ -36,10 +36,12 @@ void rt_storage_release(rt_storage *st)
     rt_device_unref(dev);
 }
 
-burnc_tensor_t *rt_tensor_new(rt_storage *st, burnc_dtype_t dtype, const ir_view *view)
+burnc_tensor_t *rt_tensor_adopt(rt_storage *st, burnc_dtype_t dtype, const ir_view *view)
 {
     burnc_tensor_t *t = malloc(sizeof *t);
     if (!t) {
+        atomic_fetch_sub(&st->holders, 1);
+        rt_storage_release(st);
         rt_fail(BURNC_ERR_OUT_OF_MEMORY, "burnc: out of memory for a tensor handle");
         return NULL;
     }
@@ -50,11 +52,16 @@ burnc_tensor_t *rt_tensor_new(rt_storage *st, burnc_dtype_t dtype, const ir_view
     t->scoped = false;
     t->ad = NULL;
     t->ctx = NULL;
-    rt_storage_retain(st);
-    atomic_fetch_add(&st->holders, 1);
     rt_device_mark_used(st->dev);
     rt_scope_register(t);
     return t;
+}
+
+burnc_tensor_t *rt_tensor_new(rt_storage *st, burnc_dtype_t dtype, const ir_view *view)
+{
+    rt_storage_retain(st);
+    atomic_fetch_add(&st->holders, 1);
+    return rt_tensor_adopt(st, dtype, view);
 }
 
 rt_device *rt_tensor_dev(const burnc_tensor_t *t) { return t->st->dev; }
