@@ -547,7 +547,7 @@ static LLVMValueRef umin64(gen *g, LLVMValueRef a, LLVMValueRef b)
  * positions, fewer than a group, go one at a time. Sites that divide their position into several
  * reduced indices, or carry an i64 position (ARG combiners), take groups of 4: 8 of them kept
  * 90 registers live (a block of 1024 threads has 64 each). */
-enum { GROUP = 8, GROUP_MAX = 2 * GROUP };
+enum { GROUP = 8 };
 
 static int group_size(const kir_kernel *k, bool arg) { return arg || k->rank - k->n_outer > 1 ? GROUP / 2 : GROUP; }
 
@@ -590,7 +590,7 @@ static bool positions(ent *e, rowc *r, LLVMValueRef first, LLVMValueRef step, LL
     LLVMValueRef last = LLVMBuildAdd(b, i, LLVMBuildMul(b, step, ki64(g, n - 1), ""), "");
     LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, last, end, ""), body_bb, out);
     LLVMPositionBuilderAtEnd(b, body_bb);
-    site s[GROUP_MAX];
+    site s[GROUP];
     for (int u = 0; u < n; u++)
         site_begin(e, r, LLVMBuildAdd(b, i, LLVMBuildMul(b, step, ki64(g, u), ""), ""), &s[u]);
     bool ok = run_sites(s, n, pre, body, c);
@@ -1568,9 +1568,10 @@ static bool emit_cols(gen *g)
         LLVMValueRef start = LLVMBuildShl(b, lf.i, ki64(g, LEAF_SHIFT), "");
         LLVMValueRef end = umin64(g, e.row_len, LLVMBuildAdd(b, start, ki64(g, KIR_LEAF), ""));
         end = LLVMBuildSelect(b, valid, end, start, "");
-        /* twice the groups of the row entries: a thread has one lane of a row, and rows of one
-         * leaf have 32 threads in all */
-        ok = lane_acc(&e, &r, st, LLVMBuildAdd(b, start, lane, ""), end, 2 * group_size(k, is_arg_comb(comb)), &v, &p);
+        /* the row entries' groups: twice as many (more loads in flight per thread, as rows of
+         * one leaf have only 32 threads) measured 0.25 ms instead of 0.12 on colsum's 16384 x
+         * 1024 on the H200, and 32 rows a block 0.20 ms */
+        ok = lane_acc(&e, &r, st, LLVMBuildAdd(b, start, lane, ""), end, group_size(k, is_arg_comb(comb)), &v, &p);
         rec_store(g, g->sh_cols, mine, v, p);
         barrier(g);
         rec_load(g, g->sh_cols, theirs, t, &v, &p);
