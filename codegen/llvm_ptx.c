@@ -55,6 +55,8 @@ typedef struct gen {
     int alias[KIR_MAX_STAGES];   /* ... over the row of this input (-1: a region of their own) */
     LLVMValueRef sh_dyn;         /* that entry's dynamic shared memory */
     int fast_slot;               /* that entry's stage 0 during the copy (fast_stage): the input, or -1 */
+    int *readback;               /* [n_insts]: the output an early element store keeps the value in, or -1
+                                    (early_stores); NULL when the kernel has none */
     LLVMValueRef sh_part;        /* ... the warps' partial results */
 } gen;
 
@@ -161,6 +163,7 @@ typedef struct ent {
     LLVMValueRef kept_base[KIR_MAX_STAGES]; /* the kept stages' values there */
     bool kept_ready[KIR_MAX_STAGES];        /* ... once written: later phases read them */
     LLVMValueRef fast_val;                  /* stage 0 as the copy found it (fast_slot) */
+    bool stored;                            /* the early element stores are done (g->readback) */
 } ent;
 
 /* One row (or, element-wise, one position): its outer indices and the slots' offsets there. */
@@ -418,6 +421,13 @@ static LLVMValueRef ev(site *s, int i)
     const kir_inst *in = &g->e.k->insts[i];
     int t = in->type;
     LLVMValueRef v;
+    if (e->stored && s->j && g->readback[i] >= 0) {
+        int o = g->readback[i];
+        burnc_dtype_t dt = g->e.k->outputs[o].dtype; /* the value's own type (early_stores) */
+        v = load_mem(g, e->out_base[o], s->out_off[o], cg_mem_ty(&g->e, dt), cg_mem_ty(&g->e, dt), cg_mem_align(dt),
+                     false);
+        return s->val[i] = v;
+    }
     for (int st = 0; e->smem && s->j && st < g->e.k->n_stages; st++)
         if (e->kept_ready[st] && g->e.k->stages[st].value == i) {
             LLVMValueRef p = LLVMBuildGEP2(g->e.b, cg_ty_of(&g->e, t), e->kept_base[st], &s->j, 1, "");
@@ -607,9 +617,12 @@ static bool positions(ent *e, rowc *r, LLVMValueRef first, LLVMValueRef step, LL
 }
 
 /* Whether entry e reads instruction i's values back from shared memory (a kept stage's, once
- * written), so evaluating it needs none of its operands. */
+ * written) or from the output an early element store wrote it to, so evaluating it needs none
+ * of its operands. */
 static bool read_back(const ent *e, int i)
 {
+    if (e && e->stored && e->g->readback[i] >= 0)
+        return true;
     for (int st = 0; e && e->smem && st < e->g->e.k->n_stages; st++)
         if (e->kept_ready[st] && e->g->e.k->stages[st].value == i)
             return true;
@@ -1060,6 +1073,77 @@ static bool has_elem_stores(const kir_kernel *k)
     return false;
 }
 
+/* Element stores that may run before the stages ("early"): none of their values uses a stage's
+ * result, and no output overwrites an input (a stage would read what they wrote). An entry
+ * whose threads then evaluate the stages at the very positions they stored (the warp-per-row
+ * and column entries) reads back, instead of evaluating again, each stored value that costs
+ * EARLY_COST or more instructions and sits in an output of its own type that moves along every
+ * axis (one element per position): a GELU's backward, stored for the next layer and summed over
+ * the batch for the bias, is evaluated once instead of once per phase. Sets g->readback (NULL
+ * when nothing qualifies); false when out of memory. */
+enum { EARLY_COST = 16 };
+
+static bool same_bits(kir_type t, burnc_dtype_t dt)
+{
+    return (t == KIR_F32 && dt == BURNC_DTYPE_F32) || (t == KIR_F64 && dt == BURNC_DTYPE_F64) ||
+           (t == KIR_I32 && dt == BURNC_DTYPE_I32) || (t == KIR_I64 && dt == BURNC_DTYPE_I64);
+}
+
+static bool early_stores(gen *g)
+{
+    const kir_kernel *k = g->e.k;
+    if (!has_elem_stores(k) || k->n_stages == 0)
+        return true;
+    for (int o = 0; o < k->n_outputs; o++)
+        if (k->in_place[o])
+            return true;
+    size_t n = (size_t)k->n_insts;
+    bool *uses = calloc(n, sizeof *uses), *mark = calloc(n, sizeof *mark);
+    int *rb = malloc(n * sizeof *rb);
+    bool any = false, independent = uses && mark && rb;
+    for (int i = 0; independent && i < k->n_insts; i++) {
+        const kir_inst *in = &k->insts[i];
+        int32_t op[3] = {in->a, in->b, in->c};
+        uses[i] = in->op == KIR_REDUCED;
+        for (int j = 0; j < kir_n_operands(in->op); j++)
+            uses[i] |= uses[op[j]];
+        rb[i] = -1;
+    }
+    for (int i = 0; independent && i < k->n_stores; i++)
+        independent = k->stores[i].row || !uses[k->stores[i].value];
+    for (int i = 0; independent && i < k->n_stores; i++) {
+        const kir_store *st = &k->stores[i];
+        bool moves = true;
+        for (int d = 0; d < k->rank; d++)
+            moves &= k->outputs[st->slot].stride[d] != KIR_STRIDE_ZERO;
+        if (st->row || rb[st->value] >= 0 || !moves || !same_bits(k->insts[st->value].type, k->outputs[st->slot].dtype))
+            continue;
+        int cost = 0;
+        memset(mark, 0, n * sizeof *mark);
+        mark[st->value] = true;
+        for (int j = st->value; j >= 0; j--) {
+            const kir_inst *in = &k->insts[j];
+            if (!mark[j] || in->op == KIR_LOAD || in->op == KIR_CONST || in->op == KIR_ARG)
+                continue;
+            cost++;
+            int32_t op[3] = {in->a, in->b, in->c};
+            for (int o = 0; o < kir_n_operands(in->op); o++)
+                mark[op[o]] = true;
+        }
+        if (cost >= EARLY_COST) {
+            rb[st->value] = st->slot;
+            any = true;
+        }
+    }
+    bool ok = uses && mark && rb;
+    free(uses), free(mark);
+    if (any)
+        g->readback = rb;
+    else
+        free(rb);
+    return ok;
+}
+
 /* Rows of at most one leaf: warp w of block c takes row c * rows_per_block + w. */
 static bool emit_rows_warp(gen *g)
 {
@@ -1074,12 +1158,16 @@ static bool emit_rows_warp(gen *g)
     rowc r;
     row_begin(&e, &r, row);
     bool ok = true;
+    if (g->readback) { /* a lane stores the positions its stages read (early_stores) */
+        ok = elem_stores(&e, &r, e.lane, ki64(g, W));
+        e.stored = true;
+    }
     for (int st = 0; st < g->e.k->n_stages && ok; st++) {
         LLVMValueRef v, p;
         ok = leaf_result(&e, &r, st, ki64(g, 0), e.row_len, &v, &p);
         r.reduced[st] = stage_value(g, st, v, p);
     }
-    if (ok && has_elem_stores(g->e.k))
+    if (ok && has_elem_stores(g->e.k) && !g->readback)
         ok = elem_stores(&e, &r, e.lane, ki64(g, W));
     if (ok)
         ok = row_stores(&e, &r, LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), ""));
@@ -1559,7 +1647,12 @@ static bool emit_cols(gen *g)
     LLVMValueRef ix = LLVMBuildMul(b, warp, ki64(g, 2 * CSTACK_DEPTH), "");
     LLVMValueRef stack = LLVMBuildGEP2(b, g->e.t_i64, g->sh_cstack, &ix, 1, "");
     LLVMValueRef lane0 = LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), "");
+    LLVMValueRef stores_end = LLVMBuildSelect(b, valid, e.row_len, ki64(g, 0), "");
     bool ok = true;
+    if (g->readback) { /* a thread stores the positions its stages read (early_stores) */
+        ok = elem_stores_to(&e, &r, lane, ki64(g, W), stores_end);
+        e.stored = true;
+    }
     for (int st = 0; st < k->n_stages && ok; st++) {
         int comb = k->stages[st].combiner, t = stage_type(k, st);
         LLVMValueRef v, p;
@@ -1590,8 +1683,8 @@ static bool emit_cols(gen *g)
         barrier(g); /* read before a later stage writes it */
         r.reduced[st] = stage_value(g, st, v, p);
     }
-    if (ok && has_elem_stores(k))
-        ok = elem_stores_to(&e, &r, lane, ki64(g, W), LLVMBuildSelect(b, valid, e.row_len, ki64(g, 0), ""));
+    if (ok && has_elem_stores(k) && !g->readback)
+        ok = elem_stores_to(&e, &r, lane, ki64(g, W), stores_end);
     if (ok)
         ok = row_stores(&e, &r, LLVMBuildAnd(b, valid, LLVMBuildICmp(b, LLVMIntEQ, lane, ki64(g, 0), ""), ""));
     ent_end(&e);
@@ -1747,7 +1840,7 @@ static bool build_module(gen *g)
     g->sh_leaf = shared_array(g, "burnc_sh_leaf", 2 * W);
     g->sh_stack = shared_array(g, "burnc_sh_stack", 2 * STACK_DEPTH);
     g->sh_res = shared_array(g, "burnc_sh_res", 2);
-    if (!emit_rows_warp(g) || !emit_rows_block(g, false))
+    if (!early_stores(g) || !emit_rows_warp(g) || !emit_rows_block(g, false))
         return false;
     if (cg_ptx_row_cached(g->e.k, g->cached) + cg_ptx_row_kept(g->e.k, g->kept) > 0) {
         cg_ptx_row_alias(g->e.k, g->cached, g->kept, g->alias);
@@ -1882,6 +1975,7 @@ bool cg_llvm_compile_ptx(const kir_kernel *k, const cg_ptx_options *opt, char **
     LLVMSetModuleDataLayout(g.e.mod, layout);
     LLVMDisposeTargetData(layout);
     bool ok = build_module(&g);
+    free(g.readback);
     if (!ok)
         cg_failf(err, cap, "compile_ptx %s: out of memory while building the IR", k->name);
     char *msg = NULL;

@@ -1641,6 +1641,46 @@ Test(ptx, plan_columns)
     BT_LEAK_CHECK();
 }
 
+/* A value stored at every position and used by the stages (a GELU kept for backward and summed
+ * for a bias): the warp-per-row and column entries store it first and read it back (plain
+ * ld.global, the only loads not through the non-coherent path) instead of evaluating it per
+ * phase; a cheap value, or one written to an output of a narrower type, is evaluated again. */
+Test(ptx, early_stores_read_back)
+{
+    for (int variant = 0; variant < 3; variant++) {
+        kir_kernel k;
+        kir_init(&k, 2, 1);
+        int x = in_slot(&k, BURNC_DTYPE_F32, "12");
+        int g = out_slot(&k, variant == 2 ? BURNC_DTYPE_BF16 : BURNC_DTYPE_F32, "12"),
+            o = out_slot(&k, BURNC_DTYPE_F32, "10");
+        int32_t v = LD(&k, x);
+        if (variant != 1)
+            v = kir_exp(&k, v); /* dozens of instructions */
+        int32_t w = OP2(&k, KIR_MUL, KIR_F32, v, LD(&k, x));
+        STORE(&k, o, REDUCED(&k, STAGE(&k, KIR_COMBINE_SUM, w)), true);
+        STORE(&k, g, v, false);
+        snprintf(k.name, sizeof k.name, "early_%d", variant);
+        char *ptx = gen_ptx(&k, NULL);
+        static const char *const entries[] = {CG_PTX_ENTRY_ROWS_WARP, CG_PTX_ENTRY_COLS};
+        for (size_t e = 0; e < COUNT(entries); e++) {
+            char head[64];
+            snprintf(head, sizeof head, ".entry %s(", entries[e]);
+            char *at = strstr(ptx, head);
+            cr_assert(at, "%s: no %s", k.name, entries[e]);
+            char *next = strstr(at + 1, ".entry"), keep = 0;
+            if (next)
+                keep = *next, *next = 0;
+            bool plain = strstr(at, "ld.global.f32") != NULL;
+            if (next)
+                *next = keep;
+            cr_assert_eq(plain, variant == 0, "%s, %s: read back %d", k.name, entries[e], plain);
+        }
+        free(ptx);
+        kir_free(&k);
+    }
+    BT_LEAK_CHECK();
+}
+
 Test(ptx, plan_refuses_past_grid_limits)
 {
     kir_kernel k;
@@ -1750,11 +1790,22 @@ Test(ptx, gpu_rows_match_cpu)
 /* Reductions over axis 0 of x [n, m] (the column entry, or the multi-pass one for few long
  * columns): op 0 sum of x * w (burnc-bench's colsum), 1 softmax (two stages and element
  * stores), 2 argmax (positions), 3 mean and variance through a strided view (x transposed
- * back, so the rows are contiguous and the columns are not: the row entries). */
-static void col_op(burnc_device_t *dev, const float *data, int64_t n, int64_t m, int op, float *out)
+ * back, so the rows are contiguous and the columns are not: the row entries); 4 and 5 a GELU
+ * kept as an output and summed times x over axis 0 (the column entry) or 1 (the warp-per-row
+ * entry for rows of a leaf or less): the stages read the GELU back (early_stores). Returns
+ * the floats written to out. */
+static int64_t col_op(burnc_device_t *dev, const float *data, int64_t n, int64_t m, int op, float *out)
 {
     burnc_scope_begin();
     burnc_tensor_t *x = bt_f32(dev, 2, (int64_t[]){n, m}, data), *y;
+    if (op >= 4) {
+        burnc_tensor_t *g = burnc_gelu(burnc_mul(x, bt_f32(dev, 2, (int64_t[]){n, m}, data + n * m)));
+        y = burnc_sum(burnc_mul(g, x), 1, (int[]){op == 4 ? 0 : 1}, false);
+        bt_read_f32(BT_NOT_NULL(y), out, op == 4 ? m : n);
+        bt_read_f32(BT_NOT_NULL(g), out + (op == 4 ? m : n), n * m);
+        burnc_scope_end();
+        return (op == 4 ? m : n) + n * m;
+    }
     if (op == 0)
         y = burnc_sum(burnc_mul(x, bt_f32(dev, 2, (int64_t[]){n, m}, data + n * m)), 1, (int[]){0}, false);
     else if (op == 1)
@@ -1767,6 +1818,7 @@ static void col_op(burnc_device_t *dev, const float *data, int64_t n, int64_t m,
     }
     bt_read_f32(BT_NOT_NULL(y), out, op == 1 ? n * m : m);
     burnc_scope_end();
+    return op == 1 ? n * m : m;
 }
 
 Test(ptx, gpu_columns_match_cpu)
@@ -1784,10 +1836,10 @@ Test(ptx, gpu_columns_match_cpu)
      * columns (multi-pass), one column */
     static const int64_t shapes[][2] = {{4096, 1024}, {33, 7}, {9000, 13}, {5000, 100}, {40000, 3}, {4097, 1}};
     for (size_t s = 0; s < COUNT(shapes); s++)
-        for (int op = 0; op < 4; op++) {
+        for (int op = 0; op < 6; op++) {
             int64_t n = shapes[s][0], m = shapes[s][1], total = 2 * n * m;
-            float *data = malloc((size_t)total * sizeof *data), *a = malloc((size_t)(n * m) * sizeof *a),
-                  *b = malloc((size_t)(n * m) * sizeof *b);
+            float *data = malloc((size_t)total * sizeof *data), *a = malloc((size_t)(n * m + n + m) * sizeof *a),
+                  *b = malloc((size_t)(n * m + n + m) * sizeof *b);
             cr_assert(data && a && b);
             uint64_t st = 0x9e3779b97f4a7c15u * (s * 5 + (size_t)op + 1);
             for (int64_t i = 0; i < total; i++) {
@@ -1795,9 +1847,9 @@ Test(ptx, gpu_columns_match_cpu)
                 data[i] = (float)((double)(st >> 11) * 0x1p-53 * 16 - 8);
             }
             data[m] = data[0]; /* a tie for argmax: the first position wins */
-            col_op(gpu, data, n, m, op, a);
-            col_op(cpu, data, n, m, op, b);
-            for (int64_t i = 0; i < (op == 1 ? n * m : m); i++)
+            int64_t got = col_op(gpu, data, n, m, op, a);
+            cr_assert_eq(col_op(cpu, data, n, m, op, b), got);
+            for (int64_t i = 0; i < got; i++)
                 cr_assert(!memcmp(&a[i], &b[i], sizeof *a), "%lld x %lld, op %d: element %lld is %a on cuda:0, %a on cpu",
                           (long long)n, (long long)m, op, (long long)i, (double)a[i], (double)b[i]);
             free(data), free(a), free(b);
