@@ -1624,9 +1624,9 @@ enum { CSTACK_DEPTH = 64 - LEAF_SHIFT };
  * lane t >> cols_shift of row t % C. Per stage and leaf, each thread combines its lane's
  * positions (lane_acc), the lanes' records meet in shared memory, warp w (there are C) does
  * row w's lane tree and stacks the leaf; after the last leaf it folds the stack
- * (stage_by_leaves' order), and every thread reads its row's result back. Threads past the
- * last row read nothing and store nothing, but keep to the barriers; their offsets are the last
- * row's. */
+ * (stage_by_leaves' order), and every thread reads its row's result back. Element stores go
+ * by lanes too, first when early_stores allows. Threads past the last row read nothing and
+ * store nothing, but keep to the barriers; their offsets are the last row's. */
 static bool emit_cols(gen *g)
 {
     ent e;
