@@ -42,7 +42,8 @@ typedef struct gen {
     LLVMTypeRef t_gptr; /* a pointer to global memory */
     unsigned md_invariant;
     int items, rows_per_block, block;
-    int cols_shift; /* log2 of the column entry's rows per block (cg_ptx_cols) */
+    int cols_shift;   /* log2 of the column entry's rows per block (cg_ptx_cols) */
+    int cols_threads; /* ... and its threads (cg_ptx_cols_threads) */
     bool writable_input[KIR_MAX_INPUTS]; /* overwritten in place by an output: no .nc loads */
     cg_ptx_layout lay;
     /* shared memory of the block-per-row entry: a chunk's leaf records, the binary-counter
@@ -1624,9 +1625,10 @@ enum { CSTACK_DEPTH = 64 - LEAF_SHIFT };
  * lane t >> cols_shift of row t % C. Per stage and leaf, each thread combines its lane's
  * positions (lane_acc), the lanes' records meet in shared memory, warp w (there are C) does
  * row w's lane tree and stacks the leaf; after the last leaf it folds the stack
- * (stage_by_leaves' order), and every thread reads its row's result back. Element stores go
- * by lanes too, first when early_stores allows. Threads past the last row read nothing and
- * store nothing, but keep to the barriers; their offsets are the last row's. */
+ * (stage_by_leaves' order), and every thread reads its row's result back. Element stores take
+ * every thread of the block (g->cols_threads: position j of row i by thread i + C (j mod 32 s),
+ * with s = cols_threads / 32 C), first when early_stores allows. Threads past the last row
+ * read nothing and store nothing, but keep to the barriers; their offsets are the last row's. */
 static bool emit_cols(gen *g)
 {
     ent e;
@@ -1648,9 +1650,13 @@ static bool emit_cols(gen *g)
     LLVMValueRef stack = LLVMBuildGEP2(b, g->e.t_i64, g->sh_cstack, &ix, 1, "");
     LLVMValueRef lane0 = LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), "");
     LLVMValueRef stores_end = LLVMBuildSelect(b, valid, e.row_len, ki64(g, 0), "");
+    /* the stages' warps: a lane of each row (warp-uniform) */
+    LLVMValueRef staged = LLVMBuildICmp(b, LLVMIntULT, warp, ki64(g, 1 << g->cols_shift), "");
+    LLVMValueRef spread = ki64(g, g->cols_threads >> g->cols_shift); /* 32 s */
     bool ok = true;
-    if (g->readback) { /* a thread stores the positions its stages read (early_stores) */
-        ok = elem_stores_to(&e, &r, lane, ki64(g, W), stores_end);
+    if (g->readback) { /* stored first, read back by the stages (early_stores) */
+        ok = elem_stores_to(&e, &r, lane, spread, stores_end);
+        barrier(g); /* (other threads' stores: visible to the block after it) */
         e.stored = true;
     }
     for (int st = 0; st < k->n_stages && ok; st++) {
@@ -1661,20 +1667,24 @@ static bool emit_cols(gen *g)
         LLVMValueRef start = LLVMBuildShl(b, lf.i, ki64(g, LEAF_SHIFT), "");
         LLVMValueRef end = umin64(g, e.row_len, LLVMBuildAdd(b, start, ki64(g, KIR_LEAF), ""));
         end = LLVMBuildSelect(b, valid, end, start, "");
+        LLVMBasicBlockRef cont = if_begin(&e, staged, "lanes");
         /* the row entries' groups: twice as many (more loads in flight per thread, as rows of
          * one leaf have only 32 threads) measured 0.25 ms instead of 0.12 on colsum's 16384 x
          * 1024 on the H200, and 32 rows a block 0.20 ms */
         ok = lane_acc(&e, &r, st, LLVMBuildAdd(b, start, lane, ""), end, group_size(k, is_arg_comb(comb)), &v, &p);
         rec_store(g, g->sh_cols, mine, v, p);
+        if_end(&e, cont);
         barrier(g);
+        cont = if_begin(&e, staged, "tree");
         rec_load(g, g->sh_cols, theirs, t, &v, &p);
         warp_tree(&e, comb, t, &v, &p);
-        LLVMBasicBlockRef cont = if_begin(&e, lane0, "push");
+        LLVMBasicBlockRef c2 = if_begin(&e, lane0, "push");
         stack_push(&e, st, stack, lf.i, v, p);
+        if_end(&e, c2);
         if_end(&e, cont);
         barrier(g); /* the records are read before the next leaf writes them */
         loop_end(&e, &lf);
-        cont = if_begin(&e, lane0, "fold");
+        cont = if_begin(&e, LLVMBuildAnd(b, lane0, staged, ""), "fold");
         stack_fold(&e, st, stack, n_leaves, &v, &p);
         rec_store(g, g->sh_cres, warp, v, p);
         if_end(&e, cont);
@@ -1684,7 +1694,7 @@ static bool emit_cols(gen *g)
         r.reduced[st] = stage_value(g, st, v, p);
     }
     if (ok && has_elem_stores(k) && !g->readback)
-        ok = elem_stores_to(&e, &r, lane, ki64(g, W), stores_end);
+        ok = elem_stores_to(&e, &r, lane, spread, stores_end);
     if (ok)
         ok = row_stores(&e, &r, LLVMBuildAnd(b, valid, LLVMBuildICmp(b, LLVMIntEQ, lane, ki64(g, 0), ""), ""));
     ent_end(&e);
@@ -1934,6 +1944,7 @@ static bool ptx_options(const kir_kernel *k, const cg_ptx_options *opt, gen *g, 
     g->block = opt->block ? opt->block : CG_PTX_DEFAULT_BLOCK;
     for (g->cols_shift = 0; 1 << g->cols_shift < cg_ptx_cols(opt);)
         g->cols_shift++;
+    g->cols_threads = cg_ptx_cols_threads(k, opt);
     g->lay = cg_ptx_params_layout(k);
     if (g->lay.n_words > CG_PTX_MAX_PARAM_WORDS)
         return cg_failf(err, cap, "compile_ptx %s: %d parameter words, more than %d", k->name, g->lay.n_words,

@@ -29,7 +29,7 @@
  * written by the whole block over an input's row (cg_ptx_row_alias), which inputs it caches
  * (cg_ptx_row_cached no longer counts phases that read a kept value instead), and the
  * element-wise default of positions per thread (cg_ptx_default_items); then the column entry
- * (CG_PTX_ENTRY_COLS, cg_ptx_has_cols). */
+ * (CG_PTX_ENTRY_COLS, cg_ptx_has_cols, cg_ptx_cols_threads). */
 #ifndef BURNC_PTX_H
 #define BURNC_PTX_H
 
@@ -72,7 +72,8 @@ enum { CG_PTX_MAX_LAUNCHES = 16, CG_PTX_MAX_PARAM_WORDS = 512 };
  * neighbouring rows at 32 / C positions (whole 32-byte sectors of f32 from C = 8) instead of 32
  * positions of one row; the lanes' values meet in shared memory, where warp w does row w's lane
  * tree. Emitted when cg_ptx_has_cols; the planner takes it when the arguments' strides say so.
- * Its block is C * KIR_LANES threads, whatever options.block says. */
+ * Its block is cg_ptx_cols_threads, whatever options.block says: the threads past the lanes
+ * do element stores only. */
 #define CG_PTX_ENTRY_COLS "burnc_cols"
 
 /* The parameter block, in 8-byte words, the same for every entry of a kernel:
@@ -406,6 +407,18 @@ static inline int cg_ptx_cols(const cg_ptx_options *o)
     while (c < 32 && 2 * c <= r)
         c *= 2;
     return c;
+}
+
+/* The column entry's threads a block: a lane of each of its rows, times up to 4 (at most 1024)
+ * when the kernel has element stores, which any thread may do: a row of one leaf has only 32
+ * lanes, and a GELU's backward stored over it is worth more threads than its sums. */
+static inline int cg_ptx_cols_threads(const kir_kernel *k, const cg_ptx_options *o)
+{
+    int lanes = cg_ptx_cols(o) * KIR_LANES, t = lanes;
+    for (int i = 0; i < k->n_stores; i++)
+        if (!k->stores[i].row)
+            t = lanes * 4 > 1024 ? 1024 : lanes * 4;
+    return t;
 }
 
 /* Positions per thread of an element-wise kernel when the options leave it 0. A thread keeps

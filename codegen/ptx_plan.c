@@ -284,14 +284,14 @@ bool cg_ptx_plan_launches(const kir_kernel *k, const cg_ptx_options *opt, const 
     /* rows side by side: the column entry, unless they are too few to fill more than one block
      * and long enough for the multi-pass entries (not measured: a guess) */
     bool cols = cols_layout(k, args);
-    uint32_t per = (uint32_t)cg_ptx_cols(opt);
+    uint32_t per = (uint32_t)cg_ptx_cols(opt), threads = (uint32_t)cg_ptx_cols_threads(k, opt);
     if (cols && (rows >= 2 * per || !cg_ptx_has_multipass(k) || rows >= CG_PTX_MULTIPASS_ROWS ||
                  leaves < CG_PTX_MULTIPASS_LEAVES)) {
         uint64_t blocks = cdiv(rows, per);
         if (blocks > GRID_X_MAX)
             return failf(why, why_cap, "%s: %llu rows need %llu blocks, past the grid limit of 2^31 - 1", name,
                          (unsigned long long)rows, (unsigned long long)blocks);
-        add(plan, CG_PTX_ENTRY_COLS, blocks * per * KIR_LANES, per * KIR_LANES, w, &l);
+        add(plan, CG_PTX_ENTRY_COLS, blocks * threads, threads, w, &l);
         return true;
     }
     if (cg_ptx_has_multipass(k) && rows < CG_PTX_MULTIPASS_ROWS && leaves >= CG_PTX_MULTIPASS_LEAVES) {

@@ -1676,6 +1676,20 @@ Test(ptx, early_stores_read_back)
             cr_assert_eq(plain, variant == 0, "%s, %s: read back %d", k.name, entries[e], plain);
         }
         free(ptx);
+        /* element stores: the column entry takes 4 threads a lane, up to 1024 */
+        static const int rpb[][2] = {{4, 512}, {8, 1024}, {32, 1024}};
+        for (size_t i = 0; i < COUNT(rpb); i++) {
+            cg_ptx_options opt = {.sm = 90, .rows_per_block = rpb[i][0]};
+            launch_args la;
+            contiguous_args(&k, &la, (int64_t[]){100, 300});
+            la.in_str[0] = la.out_str[0] = 1, la.in_str[1] = la.out_str[1] = 100;
+            cg_ptx_plan p;
+            char why[256];
+            cr_assert(plan(&k, &opt, &la, 0, &p, why, sizeof why), "%s", why);
+            cr_assert_str_eq(p.launch[0].entry, CG_PTX_ENTRY_COLS);
+            cr_assert_eq(p.launch[0].block[0], (uint32_t)rpb[i][1], "rows_per_block %d", rpb[i][0]);
+            cr_assert_eq(p.launch[0].grid[0], (100u + (uint32_t)rpb[i][0] - 1) / (uint32_t)rpb[i][0]);
+        }
         kir_free(&k);
     }
     BT_LEAK_CHECK();
