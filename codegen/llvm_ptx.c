@@ -1803,13 +1803,11 @@ static LLVMValueRef shared_array(gen *g, const char *name, unsigned words)
     return v;
 }
 
-/* Caps the registers of entry fn (.maxnreg): the shared-memory row entry runs one block per
- * row and overlaps one row's memory phases with other rows' arithmetic only with several
- * blocks per SM; 40 registers keep 6 blocks of 256 threads (65536 registers per H200 SM),
- * where ptxas would take up to 48 for the last few percent of a row's speed. */
-static void cap_registers(gen *g, LLVMValueRef fn, int regs)
+/* An NVVM annotation of entry fn: "maxnreg" caps its registers, "maxntidx" promises its block
+ * size (so ptxas fits its registers to that many threads). */
+static void annotate(gen *g, LLVMValueRef fn, const char *key, int value)
 {
-    LLVMValueRef ops[3] = {fn, LLVMMDStringInContext(g->e.ctx, "maxnreg", 7), ki32(g, regs)};
+    LLVMValueRef ops[3] = {fn, LLVMMDStringInContext(g->e.ctx, key, (unsigned)strlen(key)), ki32(g, value)};
     LLVMAddNamedMetadataOperand(g->e.mod, "nvvm.annotations", LLVMMDNodeInContext(g->e.ctx, ops, 3));
 }
 
@@ -1862,8 +1860,12 @@ static bool build_module(gen *g)
         LLVMSetAlignment(g->sh_dyn, 16);
         if (!emit_rows_block(g, true))
             return false;
-        if (g->block <= 512 && narrow(g->e.k)) /* (1024 threads have 64 registers at most anyway) */
-            cap_registers(g, LLVMGetNamedFunction(g->e.mod, CG_PTX_ENTRY_ROWS_SMEM), 40);
+        /* the shared-memory row entry runs one block per row and overlaps one row's memory
+         * phases with other rows' arithmetic only with several blocks per SM; 40 registers keep
+         * 6 blocks of 256 threads (65536 registers per H200 SM), where ptxas would take up to 48
+         * for the last few percent of a row's speed (1024 threads have 64 at most anyway) */
+        if (g->block <= 512 && narrow(g->e.k))
+            annotate(g, LLVMGetNamedFunction(g->e.mod, CG_PTX_ENTRY_ROWS_SMEM), "maxnreg", 40);
     }
     if (cg_ptx_has_cols(g->e.k)) {
         /* 42.5 KB at 32 rows a block, under the 48 KB of static shared memory */
@@ -1873,6 +1875,9 @@ static bool build_module(gen *g)
         g->sh_cres = shared_array(g, "burnc_sh_cres", 2 * cols);
         if (!emit_cols(g))
             return false;
+        /* up to 1024 threads: without the promise ptxas may take more than 64 registers, and
+         * the launch fails for want of them */
+        annotate(g, LLVMGetNamedFunction(g->e.mod, CG_PTX_ENTRY_COLS), "maxntidx", g->cols_threads);
     }
     if (cg_ptx_has_multipass(g->e.k))
         return emit_leaves(g) && emit_tree(g) && emit_finish(g);

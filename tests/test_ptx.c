@@ -1671,6 +1671,8 @@ Test(ptx, early_stores_read_back)
             if (next)
                 keep = *next, *next = 0;
             bool plain = strstr(at, "ld.global.f32") != NULL;
+            /* 1024 threads: ptxas must fit them (64 registers each), or the launch fails */
+            cr_assert(e == 0 || strstr(at, ".maxntid 1024"), "%s: no .maxntid on the column entry", k.name);
             if (next)
                 *next = keep;
             cr_assert_eq(plain, variant == 0, "%s, %s: read back %d", k.name, entries[e], plain);
