@@ -613,12 +613,13 @@ static void emit_stores(emitter *e, bool row, uint8_t *need, int32_t *list, cons
             emit_store(e, &k->stores[s], indent);
 }
 
-/* Decomposes `var` (row-major) into p<from>..p<to-1>. var is below the product of the extents
- * (`bound`, an argument word), so the first axis takes what is left without a division, and
- * below 2^32 the divisions are 32-bit ones by the extents' divisor words: a multiply-high and
- * shifts, where a division by a value unknown to the compiler is a long sequence on GPUs (64-bit
- * division a longer one still; the branch is uniform). */
-static void emit_positions(emitter *e, const char *var, int from, int to, const char *indent, int bound)
+/* Decomposes `var` (row-major) into p<from>..p<to-1>. var is below the product of the extents,
+ * so the first axis takes what is left without a division. Below 2^32 (every launch but those
+ * of options.wide) the divisions are 32-bit ones by the extents' divisor words: a multiply-high
+ * and shifts, where a division by a value unknown to the compiler is a long sequence on GPUs.
+ * The wide shader divides in 64 bits; it is a shader of its own, because a 64-bit division in
+ * a branch never taken still costs NVIDIA's compiled shader registers. */
+static void emit_positions(emitter *e, const char *var, int from, int to, const char *indent)
 {
     sb *b = &e->body;
     if (to <= from)
@@ -627,15 +628,19 @@ static void emit_positions(emitter *e, const char *var, int from, int to, const 
         sb_printf(b, "%sp%d = %s;\n", indent, from, var);
         return;
     }
+    if (e->opt.wide) {
+        sb_printf(b, "%s{\n%s  int64_t q = %s;\n", indent, indent, var);
+        for (int d = to - 1; d > from; d--)
+            sb_printf(b, "%s  p%d = q %% A.w[%d]; q /= A.w[%d];\n", indent, d, 2 + d, 2 + d);
+        sb_printf(b, "%s  p%d = q;\n%s}\n", indent, from, indent);
+        return;
+    }
     e->helpers |= H_UDIV;
-    sb_printf(b, "%sif (A.w[%d] <= 4294967295l) {\n%s  uint q = uint(%s), x;\n", indent, bound, indent, var);
+    sb_printf(b, "%s{\n%s  uint q = uint(%s), x;\n", indent, indent, var);
     for (int d = to - 1; d > from; d--)
         sb_printf(b, "%s  x = udiv(q, A.w[%d]); p%d = int64_t(q - x * uint(A.w[%d])); q = x;\n", indent,
                   2 + e->k->rank + d, d, 2 + d);
-    sb_printf(b, "%s  p%d = int64_t(q);\n%s} else {\n%s  int64_t q = %s;\n", indent, from, indent, indent, var);
-    for (int d = to - 1; d > from; d--)
-        sb_printf(b, "%s  p%d = q %% A.w[%d]; q /= A.w[%d];\n", indent, d, 2 + d, 2 + d);
-    sb_printf(b, "%s  p%d = q;\n%s}\n", indent, from, indent);
+    sb_printf(b, "%s  p%d = int64_t(q);\n%s}\n", indent, from, indent);
 }
 
 /* ---- Element-wise kernels ---- */
@@ -656,7 +661,7 @@ static void emit_elementwise(emitter *e, uint8_t *need, int32_t *list)
               e->opt.wg_size - 1, e->opt.wg_size, e->opt.items, e->opt.wg_size);
     for (int d = 0; d < k->rank; d++)
         sb_printf(b, "    int64_t p%d;\n", d);
-    emit_positions(e, "at", 0, k->rank, "    ", 0);
+    emit_positions(e, "at", 0, k->rank, "    ");
     emit_stores(e, false, need, list, "    ");
     sb_printf(b, "  }\n");
     sb_printf(b, "}\n");
@@ -672,7 +677,7 @@ static void emit_lane_loop(emitter *e, int s, const char *start, const char *ind
     char in2[32];
     snprintf(in2, sizeof in2, "%s  ", indent);
     sb_printf(b, "%sfor (int64_t j = %s; j < jend; j += 32l) {\n", indent, start);
-    emit_positions(e, "j", k->n_outer, k->rank, in2, 1);
+    emit_positions(e, "j", k->n_outer, k->rank, in2);
     memset(need, 0, (size_t)k->n_insts);
     need[k->stages[s].value] = 1;
     emit_values(e, need, list, in2);
@@ -886,7 +891,7 @@ static void emit_passes(emitter *e, uint8_t *need, int32_t *list)
                  "    if (live) {\n"
                  "      int64_t row = unit / nl, leaf = unit - row * nl;\n",
               mp, CG_GLSL_PASS_LEAVES, warps, mp + 1, T);
-    emit_positions(e, "row", 0, k->n_outer, "      ", 0);
+    emit_positions(e, "row", 0, k->n_outer, "      ");
     sb_printf(b, "      int64_t jend = min((leaf + 1l) * %dl, A.w[1]);\n", KIR_LEAF);
     emit_lane_loop(e, 0, "leaf * " KIR_LEAF_STR "l + int64_t(lane)", "      ", need, list);
     sb_printf(b, "    }\n");
@@ -913,7 +918,7 @@ static void emit_passes(emitter *e, uint8_t *need, int32_t *list)
                  "    int64_t row = grp * %dl + int64_t(tid);\n"
                  "    if (row >= A.w[0]) return;\n",
               mp, CG_GLSL_PASS_FINISH, e->opt.wg_size);
-    emit_positions(e, "row", 0, k->n_outer, "    ", 0);
+    emit_positions(e, "row", 0, k->n_outer, "    ");
     for (int d = k->n_outer; d < k->rank; d++)
         sb_printf(b, "    p%d = 0;\n", d);
     sb_printf(b, "    Rec r = scr.r[uint(A.w[%d] + row)];\n", mp + 2);
@@ -960,7 +965,7 @@ static void emit_rows(emitter *e, uint8_t *need, int32_t *list)
               KIR_LEAF - 1, KIR_LEAF, warps - 1, warps);
     for (int d = 0; d < k->rank; d++)
         sb_printf(b, "    int64_t p%d = 0;\n", d);
-    emit_positions(e, "row", 0, k->n_outer, "    ", 0);
+    emit_positions(e, "row", 0, k->n_outer, "    ");
     for (int s = 0; s < k->n_stages; s++) {
         int comb = k->stages[s].combiner;
         int t = comb == KIR_COMBINE_ARGMAX || comb == KIR_COMBINE_ARGMIN ? KIR_I64 : ty(e, k->stages[s].value);
@@ -973,7 +978,7 @@ static void emit_rows(emitter *e, uint8_t *need, int32_t *list)
         *(k->stores[s].row ? &has_row : &has_elem) = true;
     if (has_elem) {
         sb_printf(b, "    for (int64_t j = int64_t(tid); j < A.w[1]; j += %dl) {\n", e->opt.wg_size);
-        emit_positions(e, "j", k->n_outer, k->rank, "      ", 1);
+        emit_positions(e, "j", k->n_outer, k->rank, "      ");
         emit_stores(e, false, need, list, "      ");
         sb_printf(b, "    }\n");
     }

@@ -37,6 +37,8 @@ typedef struct cg_glsl_options {
                                 lanes of a leaf meet through subgroupShuffleDown in the pairwise
                                 tree's order, subgroups of any power-of-two size (the levels
                                 past the subgroup in shared memory) */
+    bool wide;               /* positions (rows, or a row's) past 2^32: 64-bit index arithmetic
+                                (a shader of its own, for launches that cg_glsl_wide says need it) */
     bool passes;             /* a cg_glsl_multipass kernel's passes (a shader of its own: the
                                 row kernel does not carry their code) */
     bool words8, words16;    /* no 8- / 16-bit storage: u8 and bool / f16 and bf16 buffers are
@@ -54,6 +56,9 @@ char *cg_glsl_emit(const kir_kernel *k, const cg_glsl_options *opt);
 /* Argument words of one launch: how many, and packing them. */
 size_t cg_glsl_arg_words(const kir_kernel *k);
 void cg_glsl_pack_args(const kir_kernel *k, const kir_args *a, int64_t *words);
+/* Whether a launch of these packed words needs the wide shader (options.wide): its rows, or a
+ * row's positions, are 2^32 or more. */
+static inline bool cg_glsl_wide(const int64_t *words) { return words[0] > 0xffffffffll || words[1] > 0xffffffffll; }
 
 /* The divisor word of an extent d, packed beside the extents: the shaders divide a 32-bit n by
  * d without a division instruction, exactly for every n, as t = umulHi(n, m), n / d =

@@ -356,6 +356,10 @@ Test(vulkan, compile_error_carries_the_glslang_log)
 #if BURNC_HAVE_VULKAN
 /* Runs k on dev over host arrays (inputs ins[s] of in_n[s] elements, outputs likewise, read
  * back into outs) and checks the bytes against kir_eval on copies. */
+/* Set: check_against_eval runs the wide shader (64-bit index arithmetic, cg_glsl_options.wide),
+ * which every launch may take, instead of the one the launch would choose. */
+static bool force_wide;
+
 static void check_against_eval(burnc_device_t *dev, const kir_kernel *k, const kir_args *a, void **host_in,
                                const size_t *in_bytes, void **host_out, const size_t *out_bytes)
 {
@@ -375,7 +379,13 @@ static void check_against_eval(burnc_device_t *dev, const kir_kernel *k, const k
     }
     rt_kernel *rk;
     BT_ASSERT_OK(d->be->compile_kernel(d, k, kir_hash(k), &rk));
-    BT_ASSERT_OK(d->be->launch_kernel(d, rk, a, ib, ob, false));
+    if (force_wide) {
+        cg_glsl_options o = rk->opt;
+        o.wide = true;
+        BT_ASSERT_OK(vk_kernel_variant(d, rk, o, &rk));
+        BT_ASSERT_OK(vk_launch_with(d, rk, a, ib, ob));
+    } else
+        BT_ASSERT_OK(d->be->launch_kernel(d, rk, a, ib, ob, false));
     BT_ASSERT_OK(d->be->sync(d));
     kir_args ea = *a;
     ea.inputs = host_in;
@@ -894,6 +904,60 @@ Test(vulkan, multipass_reductions_equal_kir_eval_bitwise)
     rt_vulkan_stats(dev, &after);
     cr_assert_eq(after.pass_launches - before.pass_launches, launches, "%ld of %d launches ran as passes",
                  after.pass_launches - before.pass_launches, launches);
+    burnc_device_release(dev);
+    BT_LEAK_CHECK();
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
+}
+
+/* Positions past 2^32 take a shader of their own that divides in 64 bits; the others divide by
+ * the extents' divisor words and have no 64-bit division at all. The wide shader, forced on
+ * launches that would not need it, equals kir_eval too: rows over two outer axes, a row over
+ * two reduced axes, and a rank-3 element-wise kernel, all with odd extents. */
+Test(vulkan, wide_shader_equals_kir_eval)
+{
+#if BURNC_HAVE_VULKAN
+    burnc_device_t *dev = open_vulkan(kernel_spec());
+    for (int kind = 0; kind < 3; kind++) {
+        kir_kernel k;
+        if (kind < 2) {
+            one_stage_kernel(&k, 3, 2 - kind, KIR_COMBINE_SUM);
+            k.outputs[0].stride[0] = kind == 0 ? KIR_STRIDE_ANY : KIR_STRIDE_UNIT; /* rows 7 apart */
+        } else {
+            kir_init(&k, 3, 3);
+            snprintf(k.name, sizeof k.name, "test_wide_ew");
+            k.n_inputs = k.n_outputs = 1;
+            k.inputs[0] = (kir_slot){.dtype = BURNC_DTYPE_F32, .stride = {KIR_STRIDE_ANY, KIR_STRIDE_ANY, KIR_STRIDE_UNIT}};
+            k.outputs[0] = k.inputs[0];
+            int32_t x = kir_emit(&k, KIR_LOAD, KIR_F32, 0, 0, 0);
+            k.stores[0] = (kir_store){.slot = 0, .value = kir_emit(&k, KIR_MUL, KIR_F32, x, x, 0)};
+            k.n_stores = 1;
+        }
+        for (int wide = 0; wide < 2; wide++) {
+            cg_glsl_options o = {.wide = wide};
+            char *src = cg_glsl_emit(&k, &o);
+            cr_assert_not_null(src, "%s", burnc_error_message());
+            cr_assert_eq(strstr(src, "udiv(") != NULL, !wide, "%s, wide %d: 32-bit divisions", k.name, wide);
+            cr_assert_eq(strstr(src, "q % A.w") != NULL, wide, "%s, wide %d: 64-bit divisions", k.name, wide);
+            free(src);
+        }
+        int64_t ext[3] = {5, 7, 33}, str[3] = {7 * 33, 33, 1}, n = 5 * 7 * 33, off = 0, ooff = 0;
+        int64_t ostr[3][3] = {{7, 1, 0}, {1, 0, 0}, {7 * 33, 33, 1}};
+        kir_args a = {.extents = ext, .in_offsets = &off, .in_strides = str, .out_offsets = &ooff,
+                      .out_strides = ostr[kind]};
+        float *x = wide_values(n, 7 + (uint64_t)kind), out[5 * 7 * 33];
+        size_t out_n = kind == 0 ? 35 : kind == 1 ? 5 : (size_t)n;
+        void *ins[1] = {x}, *outs[1] = {out};
+        size_t in_b[1] = {(size_t)n * 4}, out_b[1] = {out_n * 4};
+        for (int wide = 0; wide < 2; wide++) {
+            force_wide = wide;
+            check_against_eval(dev, &k, &a, ins, in_b, outs, out_b);
+        }
+        force_wide = false;
+        free(x);
+        kir_free(&k);
+    }
     burnc_device_release(dev);
     BT_LEAK_CHECK();
 #else

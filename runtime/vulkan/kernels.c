@@ -299,7 +299,7 @@ static bool same_options(const cg_glsl_options *a, const cg_glsl_options *b)
            a->denorm32 == b->denorm32 && a->denorm64 == b->denorm64 && a->nan32 == b->nan32 && a->nan64 == b->nan64 &&
            a->fused32 == b->fused32 &&
            a->fused64 == b->fused64 && a->words8 == b->words8 && a->words16 == b->words16 &&
-           a->subgroups == b->subgroups && a->passes == b->passes;
+           a->subgroups == b->subgroups && a->passes == b->passes && a->wide == b->wide;
 }
 
 /* The kernel of this structure compiled with opt (memory, else built). */
@@ -570,6 +570,11 @@ static burnc_status_t launch_with_locked(rt_device *dev, rt_kernel *rk, const ki
         return rt_fail(BURNC_ERR_EXECUTION, "vulkan: %s has %zu argument words, more than %zu", k->name,
                        cg_glsl_arg_words(k), sizeof w / sizeof *w);
     cg_glsl_pack_args(k, args, w);
+    if (cg_glsl_wide(w) && !rk->opt.wide) {
+        cg_glsl_options o = rk->opt;
+        o.wide = true;
+        RT_TRY(vk_kernel_variant(dev, rk, o, &rk));
+    }
     if (cg_glsl_multipass(k)) {
         int64_t rows = w[0], leaves = (w[1] + KIR_LEAF - 1) / KIR_LEAF;
         if (rows < VK_PASSES_ROWS && leaves >= VK_PASSES_LEAVES) {
