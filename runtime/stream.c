@@ -515,7 +515,7 @@ static void choose_in_place(const fus_group *g, int gi, kir_kernel *k)
             }
 }
 
-static void run_group(rt_device *dev, const fus_group *g, int gi)
+static void run_group(rt_device *dev, const fus_group *g, int gi, bool log)
 {
     kir_kernel kk = g->kernel; /* the plan's kernel with this launch's in-place choices */
     const kir_kernel *k = &kk;
@@ -541,7 +541,8 @@ static void run_group(rt_device *dev, const fus_group *g, int gi)
             rt_storage *in = g->in_storage[k->in_place[j] - 1];
             out->buf = in->buf; /* the input's storage is never read again: it gives its buffer up */
             in->buf = NULL;
-            rt_log("fusion", "%s: output %d written in place of input %d", k->name, j, k->in_place[j] - 1);
+            if (log)
+                rt_log("fusion", "%s: output %d written in place of input %d", k->name, j, k->in_place[j] - 1);
         } else if (!out->buf) {
             s = rt_pool_alloc(dev, out->nbytes, &out->buf);
         }
@@ -559,11 +560,12 @@ static void run_group(rt_device *dev, const fus_group *g, int gi)
         fail_outputs(dev, (rt_storage *const *)g->out_storage, k->n_outputs, k->name, s);
 }
 
-static void log_group(const rt_device *dev, const fus_plan *p, int gi, ir_record *const *recs)
+/* log: rt_log_enabled("fusion"), asked once a flush */
+static void log_group(const rt_device *dev, const fus_plan *p, int gi, ir_record *const *recs, bool log)
 {
     /* the op list costs a formatted print per record: a flush of small ops would spend more
      * on it than on its launch when nobody reads the log */
-    if (!rt_log_enabled("fusion"))
+    if (!log)
         return;
     const fus_group *g = &p->groups[gi];
     char ops[256];
@@ -619,13 +621,16 @@ static void run_plan(rt_device *dev, ir_record *const *recs, int n, const bool *
     }
     dump_plan(dev, &plan, recs, n);
     mark_readers(recs, n, &plan);
+    /* asked once, not per group and launch: it reads BURNC_LOG, and getenv walks the whole
+     * environment (a flush of one small launch asked twice) */
+    bool log = rt_log_enabled("fusion");
     for (int gi = 0; gi < plan.n_groups; gi++) {
         const fus_group *g = &plan.groups[gi];
-        log_group(dev, &plan, gi, recs);
+        log_group(dev, &plan, gi, recs, log);
         if (g->opaque)
             run_record(dev, recs[g->recs[0]]);
         else
-            run_group(dev, g, gi);
+            run_group(dev, g, gi, log);
     }
     fus_plan_free(&plan);
 }
