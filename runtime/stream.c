@@ -515,6 +515,20 @@ static void choose_in_place(const fus_group *g, int gi, kir_kernel *k)
             }
 }
 
+/* The structure key of k, the kernel of key base with in-place choices (under exec_lock). A
+ * loop launches the same kernel with the same choices again and again: the key found last for
+ * base and these choices is reused instead of hashing every instruction again. */
+static uint64_t in_place_key(rt_device *dev, uint64_t base, const kir_kernel *k)
+{
+    struct rt_in_place_key *m = &dev->in_place_keys[base % (sizeof dev->in_place_keys / sizeof *dev->in_place_keys)];
+    if (m->used && m->base == base && memcmp(m->in_place, k->in_place, sizeof m->in_place) == 0)
+        return m->key;
+    uint64_t key = kir_hash(k);
+    *m = (struct rt_in_place_key){.used = true, .base = base, .key = key};
+    memcpy(m->in_place, k->in_place, sizeof m->in_place);
+    return key;
+}
+
 static void run_group(rt_device *dev, const fus_group *g, int gi, bool log)
 {
     kir_kernel kk = g->kernel; /* the plan's kernel with this launch's in-place choices */
@@ -531,7 +545,7 @@ static void run_group(rt_device *dev, const fus_group *g, int gi, bool log)
         choose_in_place(g, gi, &kk);
         for (int j = 0; j < k->n_outputs; j++)
             if (k->in_place[j]) {
-                key = kir_hash(k);
+                key = in_place_key(dev, g->key, k);
                 break;
             }
     }
