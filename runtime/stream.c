@@ -274,12 +274,21 @@ static size_t ptr_hash(const void *p)
     return (size_t)(h >> 32);
 }
 
-static bool producers_build(producers *m, ir_record *const *recs, int n)
+/* Small batches (a loop's flush) use the caller's stack: buf, when it holds 2 * SMALL_BATCH
+ * slots. */
+enum { SMALL_BATCH = 64 };
+
+static bool producers_build(producers *m, ir_record *const *recs, int n, int *buf)
 {
     m->cap = 16;
     while (m->cap < 2 * n)
         m->cap *= 2;
-    m->slot = calloc((size_t)m->cap, sizeof *m->slot);
+    if (m->cap <= 2 * SMALL_BATCH) {
+        m->slot = buf;
+        memset(m->slot, 0, (size_t)m->cap * sizeof *m->slot);
+    } else {
+        m->slot = calloc((size_t)m->cap, sizeof *m->slot);
+    }
     if (!m->slot)
         return false;
     for (int i = 0; i < n; i++) {
@@ -310,9 +319,11 @@ static int producer_of(const producers *m, ir_record *const *recs, const rt_stor
 static void find_needed(ir_record *const *recs, int n, bool *outside, bool *live)
 {
     producers m;
-    int *uses = calloc((size_t)n, sizeof *uses);
-    if (!uses || !producers_build(&m, recs, n)) {
-        free(uses);
+    int uses_buf[SMALL_BATCH], slot_buf[2 * SMALL_BATCH];
+    int *uses = n <= SMALL_BATCH ? memset(uses_buf, 0, sizeof uses_buf) : calloc((size_t)n, sizeof *uses);
+    if (!uses || !producers_build(&m, recs, n, slot_buf)) {
+        if (uses != uses_buf)
+            free(uses);
         for (int i = 0; i < n; i++)
             outside[i] = live[i] = true;
         return;
@@ -334,8 +345,10 @@ static void find_needed(ir_record *const *recs, int n, bool *outside, bool *live
                 live[j] = true;
         }
     }
-    free(m.slot);
-    free(uses);
+    if (m.slot != slot_buf)
+        free(m.slot);
+    if (uses != uses_buf)
+        free(uses);
 }
 
 /* ---- Running a fusion plan ---- */
