@@ -713,7 +713,10 @@ burnc_status_t rt_flush(rt_device *dev)
     mtx_unlock(&dev->lock);
 
     int ran = 0;
-    bool *flags = batch.n ? malloc(2 * (size_t)batch.n * sizeof *flags) : NULL;
+    bool flags_buf[2 * SMALL_BATCH]; /* a loop's small flush allocates nothing here */
+    bool *flags = !batch.n                 ? NULL
+                  : batch.n <= SMALL_BATCH ? flags_buf
+                                           : malloc(2 * (size_t)batch.n * sizeof *flags);
     if (batch.n && !flags) {
         /* without memory to plan, fall back to running everything, one record at a time */
         for (int i = 0; i < batch.n; i++)
@@ -739,7 +742,8 @@ burnc_status_t rt_flush(rt_device *dev)
             rt_storage_release(r->in[k].storage);
         rt_storage_release(r->out);
     }
-    free(flags);
+    if (flags != flags_buf)
+        free(flags);
     if (batch.n)
         rt_log("runtime", "%s: flushed %d records, %d needed", dev->spec, batch.n, ran);
     rt_stream_free(&batch);
