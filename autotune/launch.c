@@ -16,11 +16,41 @@ void at_launch_rows(const kir_kernel *k, const int64_t *ext, int64_t *rows, int6
         *(d < k->n_outer ? rows : len) *= ext[d];
 }
 
+/* v in decimal at p (as %lld); returns the end. */
+static char *put_dec(char *p, int64_t v)
+{
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    char tmp[20];
+    int n = 0;
+    do
+        tmp[n++] = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0)
+        *p++ = '-';
+    while (n > 0)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* Written by hand: every launch builds its key, and snprintf cost more than the lookup. */
 void at_launch_key(char *out, size_t cap, uint64_t hash, int64_t rows, int64_t len)
 {
     at_buckets bk = at_get_buckets();
-    snprintf(out, cap, "k%016llx r%lld l%lld", (unsigned long long)hash, (long long)at_bucket(rows, bk),
-             (long long)at_bucket(len, bk));
+    char key[64], *p = key; /* "k" 16 " r" 20 " l" 20 */
+    *p++ = 'k';
+    for (int i = 15; i >= 0; i--)
+        *p++ = "0123456789abcdef"[hash >> (4 * i) & 15];
+    *p++ = ' ';
+    *p++ = 'r';
+    p = put_dec(p, at_bucket(rows, bk));
+    *p++ = ' ';
+    *p++ = 'l';
+    p = put_dec(p, at_bucket(len, bk));
+    if (cap == 0)
+        return;
+    size_t n = (size_t)(p - key) < cap ? (size_t)(p - key) : cap - 1; /* truncated as snprintf does */
+    memcpy(out, key, n);
+    out[n] = '\0';
 }
 
 void at_launch_record(const char *backend, const kir_kernel *k, const kir_args *a)

@@ -138,13 +138,15 @@ static uint64_t map_hash(const char *s, size_t n)
     return h ^ h >> 32;
 }
 
-static char *make_id(const at_query *q, uint64_t *h)
+/* The id in buf when it fits in cap bytes (a launch's usually does), else in a fresh
+ * allocation; NULL: out of memory. */
+static char *make_id(const at_query *q, char *buf, size_t cap, uint64_t *h)
 {
     const char *part[3] = {q->fingerprint, q->family->name, q->key};
     size_t len[3], n = 0;
     for (int i = 0; i < 3; i++)
         n += (len[i] = strlen(part[i])) + 1;
-    char *id = malloc(n);
+    char *id = n <= cap ? buf : malloc(n);
     if (!id)
         return NULL;
     /* fingerprint \x1f family \x1f key, copied rather than formatted (every launch) */
@@ -356,7 +358,9 @@ int at_decide(const at_query *q, at_time_fn time, void *user, at_outcome *out)
     }
     call_once(&mem_once, mem_init);
     uint64_t h = 0;
-    char *id = make_id(q, &h);
+    /* on the stack: a remembered decision (every launch after the first) allocates nothing */
+    char buf[256];
+    char *id = make_id(q, buf, sizeof buf, &h);
     if (!id) {
         if (out)
             *out = o;
@@ -366,7 +370,8 @@ int at_decide(const at_query *q, at_time_fn time, void *user, at_outcome *out)
     int c = mem_find(id, h);
     mtx_unlock(&mem.lock);
     if (c >= 0) {
-        free(id);
+        if (id != buf)
+            free(id);
         o.choice = c;
         if (out)
             *out = o;
@@ -400,9 +405,16 @@ int at_decide(const at_query *q, at_time_fn time, void *user, at_outcome *out)
         }
     }
     rt_error_restore(&err);
-    mtx_lock(&mem.lock);
-    mem_put(id, h, o.choice);
-    mtx_unlock(&mem.lock);
+    if (id == buf) { /* the map keeps its own copy */
+        size_t n = strlen(buf) + 1;
+        if ((id = malloc(n)))
+            memcpy(id, buf, n);
+    }
+    if (id) { /* out of memory: not remembered, the next launch asks again */
+        mtx_lock(&mem.lock);
+        mem_put(id, h, o.choice);
+        mtx_unlock(&mem.lock);
+    }
     if (observer)
         observer(observer_user, q, &o);
     if (out)

@@ -139,6 +139,14 @@ struct burnc_device {
     uint64_t seed, rng_counter;
     rt_pool pool;
     rt_kernel_entry *kernels; /* compiled kernels by structure key */
+    /* Under exec_lock: the structure keys of the kernels last launched with outputs in place,
+     * by the key of the plan's kernel (run_group): hashing the whole kernel again cost more than
+     * the rest of a small launch. */
+    struct rt_in_place_key {
+        bool used;
+        uint8_t in_place[KIR_MAX_OUTPUTS];
+        uint64_t base, key;
+    } in_place_keys[4];
     burnc_status_t pending_error; /* first execution error since the last sync */
     char pending_msg[512];
     struct burnc_device *next; /* registry list */

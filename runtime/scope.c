@@ -1,12 +1,14 @@
 /* Scopes: per-thread lists of the handles created inside them. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "rt.h"
 
 typedef struct scope {
-    burnc_tensor_t **items;
+    burnc_tensor_t **items; /* first, until more are registered */
     size_t n, cap;
     struct scope *outer;
+    burnc_tensor_t *first[32]; /* a loop body's handles: one allocation a scope */
 } scope;
 
 static _Thread_local scope *current;
@@ -14,12 +16,15 @@ static _Thread_local int suspended;
 
 void burnc_scope_begin(void)
 {
-    scope *s = calloc(1, sizeof *s);
+    scope *s = malloc(sizeof *s);
     if (!s) {
         /* Without memory for a scope the handles stay with the caller: degrade, do not crash. */
         rt_log("runtime", "burnc_scope_begin: out of memory; handles in this scope belong to the caller");
         return;
     }
+    s->items = s->first;
+    s->n = 0;
+    s->cap = sizeof s->first / sizeof *s->first;
     s->outer = current;
     current = s;
 }
@@ -37,7 +42,8 @@ void burnc_scope_end(void)
         t->scoped = false;
         rt_tensor_unref(t);
     }
-    free(s->items);
+    if (s->items != s->first)
+        free(s->items);
     free(s);
 }
 
@@ -47,10 +53,13 @@ void rt_scope_register(burnc_tensor_t *t)
     if (!s || suspended)
         return;
     if (s->n == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 64;
-        burnc_tensor_t **items = realloc(s->items, cap * sizeof *items);
+        size_t cap = 2 * s->cap;
+        burnc_tensor_t **items = s->items == s->first ? malloc(cap * sizeof *items)
+                                                      : realloc(s->items, cap * sizeof *items);
         if (!items)
             return; /* the caller keeps this handle */
+        if (s->items == s->first)
+            memcpy(items, s->first, sizeof s->first);
         s->items = items;
         s->cap = cap;
     }

@@ -274,12 +274,21 @@ static size_t ptr_hash(const void *p)
     return (size_t)(h >> 32);
 }
 
-static bool producers_build(producers *m, ir_record *const *recs, int n)
+/* Small batches (a loop's flush) use the caller's stack: buf, when it holds 2 * SMALL_BATCH
+ * slots. */
+enum { SMALL_BATCH = 64 };
+
+static bool producers_build(producers *m, ir_record *const *recs, int n, int *buf)
 {
     m->cap = 16;
     while (m->cap < 2 * n)
         m->cap *= 2;
-    m->slot = calloc((size_t)m->cap, sizeof *m->slot);
+    if (m->cap <= 2 * SMALL_BATCH) {
+        m->slot = buf;
+        memset(m->slot, 0, (size_t)m->cap * sizeof *m->slot);
+    } else {
+        m->slot = calloc((size_t)m->cap, sizeof *m->slot);
+    }
     if (!m->slot)
         return false;
     for (int i = 0; i < n; i++) {
@@ -310,9 +319,11 @@ static int producer_of(const producers *m, ir_record *const *recs, const rt_stor
 static void find_needed(ir_record *const *recs, int n, bool *outside, bool *live)
 {
     producers m;
-    int *uses = calloc((size_t)n, sizeof *uses);
-    if (!uses || !producers_build(&m, recs, n)) {
-        free(uses);
+    int uses_buf[SMALL_BATCH], slot_buf[2 * SMALL_BATCH];
+    int *uses = n <= SMALL_BATCH ? memset(uses_buf, 0, sizeof uses_buf) : calloc((size_t)n, sizeof *uses);
+    if (!uses || !producers_build(&m, recs, n, slot_buf)) {
+        if (uses != uses_buf)
+            free(uses);
         for (int i = 0; i < n; i++)
             outside[i] = live[i] = true;
         return;
@@ -334,8 +345,10 @@ static void find_needed(ir_record *const *recs, int n, bool *outside, bool *live
                 live[j] = true;
         }
     }
-    free(m.slot);
-    free(uses);
+    if (m.slot != slot_buf)
+        free(m.slot);
+    if (uses != uses_buf)
+        free(uses);
 }
 
 /* ---- Running a fusion plan ---- */
@@ -515,7 +528,21 @@ static void choose_in_place(const fus_group *g, int gi, kir_kernel *k)
             }
 }
 
-static void run_group(rt_device *dev, const fus_group *g, int gi)
+/* The structure key of k, the kernel of key base with in-place choices (under exec_lock). A
+ * loop launches the same kernel with the same choices again and again: the key found last for
+ * base and these choices is reused instead of hashing every instruction again. */
+static uint64_t in_place_key(rt_device *dev, uint64_t base, const kir_kernel *k)
+{
+    struct rt_in_place_key *m = &dev->in_place_keys[base % (sizeof dev->in_place_keys / sizeof *dev->in_place_keys)];
+    if (m->used && m->base == base && memcmp(m->in_place, k->in_place, sizeof m->in_place) == 0)
+        return m->key;
+    uint64_t key = kir_hash(k);
+    *m = (struct rt_in_place_key){.used = true, .base = base, .key = key};
+    memcpy(m->in_place, k->in_place, sizeof m->in_place);
+    return key;
+}
+
+static void run_group(rt_device *dev, const fus_group *g, int gi, bool log)
 {
     kir_kernel kk = g->kernel; /* the plan's kernel with this launch's in-place choices */
     const kir_kernel *k = &kk;
@@ -531,7 +558,7 @@ static void run_group(rt_device *dev, const fus_group *g, int gi)
         choose_in_place(g, gi, &kk);
         for (int j = 0; j < k->n_outputs; j++)
             if (k->in_place[j]) {
-                key = kir_hash(k);
+                key = in_place_key(dev, g->key, k);
                 break;
             }
     }
@@ -541,7 +568,8 @@ static void run_group(rt_device *dev, const fus_group *g, int gi)
             rt_storage *in = g->in_storage[k->in_place[j] - 1];
             out->buf = in->buf; /* the input's storage is never read again: it gives its buffer up */
             in->buf = NULL;
-            rt_log("fusion", "%s: output %d written in place of input %d", k->name, j, k->in_place[j] - 1);
+            if (log)
+                rt_log("fusion", "%s: output %d written in place of input %d", k->name, j, k->in_place[j] - 1);
         } else if (!out->buf) {
             s = rt_pool_alloc(dev, out->nbytes, &out->buf);
         }
@@ -559,11 +587,12 @@ static void run_group(rt_device *dev, const fus_group *g, int gi)
         fail_outputs(dev, (rt_storage *const *)g->out_storage, k->n_outputs, k->name, s);
 }
 
-static void log_group(const rt_device *dev, const fus_plan *p, int gi, ir_record *const *recs)
+/* log: rt_log_enabled("fusion"), asked once a flush */
+static void log_group(const rt_device *dev, const fus_plan *p, int gi, ir_record *const *recs, bool log)
 {
     /* the op list costs a formatted print per record: a flush of small ops would spend more
      * on it than on its launch when nobody reads the log */
-    if (!rt_log_enabled("fusion"))
+    if (!log)
         return;
     const fus_group *g = &p->groups[gi];
     char ops[256];
@@ -619,13 +648,16 @@ static void run_plan(rt_device *dev, ir_record *const *recs, int n, const bool *
     }
     dump_plan(dev, &plan, recs, n);
     mark_readers(recs, n, &plan);
+    /* asked once, not per group and launch: it reads BURNC_LOG, and getenv walks the whole
+     * environment (a flush of one small launch asked twice) */
+    bool log = rt_log_enabled("fusion");
     for (int gi = 0; gi < plan.n_groups; gi++) {
         const fus_group *g = &plan.groups[gi];
-        log_group(dev, &plan, gi, recs);
+        log_group(dev, &plan, gi, recs, log);
         if (g->opaque)
             run_record(dev, recs[g->recs[0]]);
         else
-            run_group(dev, g, gi);
+            run_group(dev, g, gi, log);
     }
     fus_plan_free(&plan);
 }
@@ -681,7 +713,10 @@ burnc_status_t rt_flush(rt_device *dev)
     mtx_unlock(&dev->lock);
 
     int ran = 0;
-    bool *flags = batch.n ? malloc(2 * (size_t)batch.n * sizeof *flags) : NULL;
+    bool flags_buf[2 * SMALL_BATCH]; /* a loop's small flush allocates nothing here */
+    bool *flags = !batch.n                 ? NULL
+                  : batch.n <= SMALL_BATCH ? flags_buf
+                                           : malloc(2 * (size_t)batch.n * sizeof *flags);
     if (batch.n && !flags) {
         /* without memory to plan, fall back to running everything, one record at a time */
         for (int i = 0; i < batch.n; i++)
@@ -707,7 +742,8 @@ burnc_status_t rt_flush(rt_device *dev)
             rt_storage_release(r->in[k].storage);
         rt_storage_release(r->out);
     }
-    free(flags);
+    if (flags != flags_buf)
+        free(flags);
     if (batch.n)
         rt_log("runtime", "%s: flushed %d records, %d needed", dev->spec, batch.n, ran);
     rt_stream_free(&batch);
