@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "autotune.h"
+#include "codegen/kcache.h"
 #include "rt.h"
 
 /* ---- Modes and buckets ---- */
@@ -114,29 +115,10 @@ static struct {
 static once_flag mem_once = ONCE_FLAG_INIT;
 static void mem_init(void) { mtx_init(&mem.lock, mtx_plain); }
 
-static uint64_t map_mix(uint64_t h, uint64_t w)
-{
-    h = (h ^ w) * UINT64_C(0x9E3779B97F4A7C15);
-    return h ^ h >> 29;
-}
-
-/* The map's hash of an id or line of n bytes, 8 bytes a step: ids are over a hundred bytes and
- * are hashed at every launch, where a multiply per byte cost more than the rest of a lookup. */
-static uint64_t map_hash(const char *s, size_t n)
-{
-    uint64_t h = UINT64_C(0xcbf29ce484222325) ^ n, w;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        memcpy(&w, s + i, 8);
-        h = map_mix(h, w);
-    }
-    if (i < n) {
-        w = 0;
-        memcpy(&w, s + i, n - i);
-        h = map_mix(h, w);
-    }
-    return h ^ h >> 32;
-}
+/* The map's hash of an id or line of n bytes: kc_hash, 8 bytes a step (ids are over a hundred
+ * bytes and hashed at every launch, where a multiply per byte cost more than the rest of a
+ * lookup). */
+static uint64_t map_hash(const char *s, size_t n) { return kc_hash(s, n, 0); }
 
 /* The id in buf when it fits in cap bytes (a launch's usually does), else in a fresh
  * allocation; NULL: out of memory. */
