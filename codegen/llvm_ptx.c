@@ -1099,46 +1099,31 @@ static bool early_stores(gen *g)
         if (k->in_place[o])
             return true;
     size_t n = (size_t)k->n_insts;
-    bool *uses = calloc(n, sizeof *uses), *mark = calloc(n, sizeof *mark);
+    bool *uses = calloc(n, sizeof *uses);
     int *rb = malloc(n * sizeof *rb);
-    bool any = false, independent = uses && mark && rb;
-    for (int i = 0; independent && i < k->n_insts; i++) {
-        const kir_inst *in = &k->insts[i];
-        int32_t op[3] = {in->a, in->b, in->c};
-        uses[i] = in->op == KIR_REDUCED;
-        for (int j = 0; j < kir_n_operands(in->op); j++)
-            uses[i] |= uses[op[j]];
+    bool any = false, ok = uses && rb, independent = ok && cg_ptx_elem_stores_independent(k, uses);
+    for (size_t i = 0; ok && i < n; i++)
         rb[i] = -1;
-    }
-    for (int i = 0; independent && i < k->n_stores; i++)
-        independent = k->stores[i].row || !uses[k->stores[i].value];
-    for (int i = 0; independent && i < k->n_stores; i++) {
+    for (int i = 0; independent && ok && i < k->n_stores; i++) {
         const kir_store *st = &k->stores[i];
         bool moves = true;
         for (int d = 0; d < k->rank; d++)
             moves &= k->outputs[st->slot].stride[d] != KIR_STRIDE_ZERO;
         if (st->row || rb[st->value] >= 0 || !moves || !same_bits(k->insts[st->value].type, k->outputs[st->slot].dtype))
             continue;
+        bool *mark = reach(k, &st->value, 1, NULL); /* the value and what it is computed from */
         int cost = 0;
-        memset(mark, 0, n * sizeof *mark);
-        mark[st->value] = true;
-        for (int j = st->value; j >= 0; j--) {
-            const kir_inst *in = &k->insts[j];
-            if (!mark[j] || in->op == KIR_LOAD || in->op == KIR_CONST || in->op == KIR_ARG)
-                continue;
-            cost++;
-            int32_t op[3] = {in->a, in->b, in->c};
-            for (int o = 0; o < kir_n_operands(in->op); o++)
-                mark[op[o]] = true;
-        }
+        for (size_t j = 0; mark && j < n; j++)
+            cost += mark[j] && k->insts[j].op != KIR_LOAD && k->insts[j].op != KIR_CONST && k->insts[j].op != KIR_ARG;
+        ok = mark != NULL;
+        free(mark);
         if (cost >= EARLY_COST) {
             rb[st->value] = st->slot;
             any = true;
         }
     }
-    bool ok = uses && mark && rb;
-    free(uses), free(mark);
-    if (any)
+    free(uses);
+    if (any && ok)
         g->readback = rb;
     else
         free(rb);

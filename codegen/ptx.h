@@ -157,6 +157,24 @@ static inline bool cg_ptx_has_inner(const kir_kernel *k)
  * combine (the loss of a training step: its mean, and the difference kept for backward). */
 enum { CG_PTX_MULTIPASS_MAX_INSTS = 2048 }; /* past this, no multi-pass (a stack mark array) */
 static inline bool cg_ptx_is_elementwise(const kir_kernel *k) { return k->n_outer == k->rank && k->n_stages == 0; }
+
+/* Whether no element store's value uses a stage's result (KIR_REDUCED); uses[n_insts] is
+ * scratch: instruction i uses one. */
+static inline bool cg_ptx_elem_stores_independent(const kir_kernel *k, bool *uses)
+{
+    for (int i = 0; i < k->n_insts; i++) {
+        const kir_inst *in = &k->insts[i];
+        int32_t o[3] = {in->a, in->b, in->c};
+        uses[i] = in->op == KIR_REDUCED;
+        for (int j = 0; j < kir_n_operands(in->op); j++)
+            uses[i] |= o[j] >= 0 && o[j] < i && uses[o[j]];
+    }
+    for (int i = 0; i < k->n_stores; i++)
+        if (!k->stores[i].row && uses[k->stores[i].value])
+            return false;
+    return true;
+}
+
 static inline bool cg_ptx_has_multipass(const kir_kernel *k)
 {
     if (cg_ptx_is_elementwise(k) || k->n_stages != 1)
@@ -168,19 +186,8 @@ static inline bool cg_ptx_has_multipass(const kir_kernel *k)
         return true;
     if (k->n_insts > CG_PTX_MULTIPASS_MAX_INSTS)
         return false;
-    bool uses[CG_PTX_MULTIPASS_MAX_INSTS]; /* instruction i uses the stage's result */
-    for (int i = 0; i < k->n_insts; i++) {
-        const kir_inst *in = &k->insts[i];
-        int ops = kir_n_operands(in->op);
-        int32_t o[3] = {in->a, in->b, in->c};
-        uses[i] = in->op == KIR_REDUCED;
-        for (int j = 0; j < ops; j++)
-            uses[i] |= o[j] >= 0 && o[j] < i && uses[o[j]];
-    }
-    for (int i = 0; i < k->n_stores; i++)
-        if (!k->stores[i].row && uses[k->stores[i].value])
-            return false;
-    return true;
+    bool uses[CG_PTX_MULTIPASS_MAX_INSTS];
+    return cg_ptx_elem_stores_independent(k, uses);
 }
 
 /* Whether a kernel gets the column entry: an input that moves along the last outer axis and
