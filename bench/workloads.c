@@ -501,7 +501,7 @@ static burnc_tensor_t *softmax_decomposed(op_trace *tr, burnc_tensor_t *const *i
     burnc_tensor_t *x = in[0];
     burnc_tensor_t *m = ROW(tr, max, x);
     burnc_tensor_t *e = OP1(tr, exp, OP2(tr, sub, x, m));
-    return OP2(tr, div, e, ROW(tr, sum, e));
+    return OP2(tr, mul, e, OP1(tr, reciprocal, ROW(tr, sum, e)));
 }
 
 /* CHECK_ROWS rows spread over the matrix, in double. */
@@ -550,7 +550,7 @@ static burnc_tensor_t *layer_norm_decomposed(op_trace *tr, burnc_tensor_t *const
     burnc_tensor_t *x = in[0];
     burnc_tensor_t *c = OP2(tr, sub, x, ROW(tr, mean, x));
     burnc_tensor_t *var = ROW(tr, mean, OP2(tr, mul, c, c));
-    return OP2(tr, div, c, OP1(tr, sqrt, OPS(tr, add, var, LN_EPS)));
+    return OP2(tr, mul, c, OP1(tr, reciprocal, OP1(tr, sqrt, OPS(tr, add, var, LN_EPS))));
 }
 
 static double layer_norm_verify(float *const *in, const float *y)

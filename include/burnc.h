@@ -436,10 +436,10 @@ BURNC_API burnc_tensor_t *burnc_argmax(burnc_tensor_t *x, int axis, bool keepdim
 BURNC_API burnc_tensor_t *burnc_argmin(burnc_tensor_t *x, int axis, bool keepdim);
 
 /* Composites, recorded as their elementary ops so fusion sees through them.
- * softmax = exp(x - max) / sum(exp(x - max)); log_softmax = (x - max) - log(sum(exp(x - max))),
+ * softmax = exp(x - max) * (1 / sum(exp(x - max))); log_softmax = (x - max) - log(sum(exp(x - max))),
  * over one axis; integer input computes in the default float dtype.
- * layer_norm normalizes over the last `normalized_rank` axes: (x - mean) / sqrt(var + eps),
- * var with correction 0; the _affine form then multiplies by weight and adds bias (both
+ * layer_norm normalizes over the last `normalized_rank` axes: (x - mean) * (1 / sqrt(var + eps)),
+ * var with correction 0 (one reciprocal a row, each within an ulp of the plain division); the _affine form then multiplies by weight and adds bias (both
  * broadcast against those axes). */
 BURNC_API burnc_tensor_t *burnc_softmax(burnc_tensor_t *x, int axis);
 BURNC_API burnc_tensor_t *burnc_log_softmax(burnc_tensor_t *x, int axis);

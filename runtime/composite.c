@@ -43,8 +43,10 @@ static burnc_tensor_t *softmax(burnc_tensor_t *x, int axis, bool log_form)
     int a = axis < 0 ? axis + x->view.rank : axis;
     burnc_tensor_t *e = burnc_exp(d);
     burnc_tensor_t *s = burnc_sum(e, 1, &a, true);
-    if (!log_form)
-        return drop(d, drop(s, drop(e, burnc_div(e, s))));
+    if (!log_form) { /* one division a row: e * (1/s), within an ulp of e / s */
+        burnc_tensor_t *r = drop(s, burnc_reciprocal(s));
+        return drop(d, drop(r, drop(e, burnc_mul(e, r))));
+    }
     burnc_tensor_t *l = burnc_log(s);
     return drop(d, drop(e, drop(s, drop(l, burnc_sub(d, l)))));
 }
@@ -63,7 +65,10 @@ burnc_tensor_t *burnc_log_softmax(burnc_tensor_t *x, int axis)
     RT_PUBLIC(softmax(x, axis, true));
 }
 
-/* (x - mean) / sqrt(var + eps) over the last `nr` axes; var = mean((x - mean)^2). */
+/* (x - mean) * (1 / sqrt(var + eps)) over the last `nr` axes; var = mean((x - mean)^2). The
+ * reciprocal is taken once a row, so an element costs a multiply instead of a division (a
+ * division per element held the fused GPU kernels below the copy bandwidth), at most an ulp
+ * from (x - mean) / sqrt(var + eps). */
 static burnc_tensor_t *layer_norm(burnc_tensor_t *x, int nr, double eps, const char *op)
 {
     int rank = x->view.rank;
@@ -83,7 +88,8 @@ static burnc_tensor_t *layer_norm(burnc_tensor_t *x, int nr, double eps, const c
     burnc_tensor_t *var = drop(sq, burnc_mean(sq, nr, axes, true));
     burnc_tensor_t *ve = drop(var, burnc_add_scalar(var, eps));
     burnc_tensor_t *sd = drop(ve, burnc_sqrt(ve));
-    return drop(c, drop(sd, burnc_div(c, sd)));
+    burnc_tensor_t *inv = drop(sd, burnc_reciprocal(sd));
+    return drop(c, drop(inv, burnc_mul(c, inv)));
 }
 
 burnc_tensor_t *burnc_layer_norm(burnc_tensor_t *x, int normalized_rank, double eps)
