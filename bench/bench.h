@@ -53,6 +53,7 @@ typedef struct bench_bandwidth {
     bool valid;
     char size[24];        /* "2^25", "4096x4096" */
     double fused_ms, eager_ms;
+    double fused_host_ms; /* the fused run's host time, recording and launching included */
     double fused_bytes;   /* fewest bytes: inputs read once, outputs written once */
     double eager_bytes;   /* what the eager ops read and write, from the op list */
     probe_mix probe;

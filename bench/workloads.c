@@ -211,22 +211,31 @@ static int trace_chain(bench_ctx *ctx, const chain *c, op_trace *tr, double *fus
 }
 
 /* One run: record, flush, wait. The result is kept in *y for the caller to release. */
-static int timed_run(bench_ctx *ctx, const chain *c, bool fused, double *ms, burnc_tensor_t **y)
+/* One run of the chain, its result kept in *y. *ms: on a GPU the device's own time of the work
+ * (burnc_device_timer: CUDA events, Vulkan timestamps), as the copy probe and compare_torch.py's
+ * PyTorch figures are timed; elsewhere host time from the first op to the end of the sync.
+ * host_ms (may be NULL): host time of the same run, recording and launching included. */
+static int timed_run(bench_ctx *ctx, const chain *c, bool fused, double *ms, double *host_ms, burnc_tensor_t **y)
 {
     if (burnc_device_set_fusion(ctx->dev, fused) != BURNC_OK)
         return bench_error("burnc_device_set_fusion");
-    double t0 = now_ns();
+    bool clock = ctx->device_copy;
+    if (clock && burnc_device_timer_start(ctx->dev) != BURNC_OK)
+        return bench_error("burnc_device_timer_start");
+    double t0 = now_ns(), sec = 0;
     burnc_scope_begin();
     burnc_tensor_t *r = c->build(NULL, c->in);
     burnc_tensor_keep(r);
     burnc_scope_end();
-    burnc_status_t s = r ? burnc_device_sync(ctx->dev) : BURNC_ERR_INTERNAL;
+    burnc_status_t s = !r ? BURNC_ERR_INTERNAL : clock ? burnc_device_timer_stop(ctx->dev, &sec) : burnc_device_sync(ctx->dev);
     double t1 = now_ns();
     if (s != BURNC_OK) {
         burnc_tensor_release(r);
         return bench_error(c->name);
     }
-    *ms = (t1 - t0) * 1e-6;
+    *ms = clock ? sec * 1e3 : (t1 - t0) * 1e-6;
+    if (host_ms)
+        *host_ms = (t1 - t0) * 1e-6;
     *y = r;
     return 0;
 }
@@ -240,7 +249,7 @@ static int inspect(bench_ctx *ctx, const chain *c, const op_trace *tr, bench_ban
     double ms;
     burnc_tensor_t *y = NULL;
     log_capture_begin(&cap);
-    int s = timed_run(ctx, c, true, &ms, &y);
+    int s = timed_run(ctx, c, true, &ms, NULL, &y);
     log_capture_end();
     burnc_tensor_release(y);
     if (s)
@@ -248,7 +257,7 @@ static int inspect(bench_ctx *ctx, const chain *c, const op_trace *tr, bench_ban
     bw->fused_kernels = cap.n_groups;
 
     log_capture_begin(&cap);
-    s = timed_run(ctx, c, false, &ms, &y);
+    s = timed_run(ctx, c, false, &ms, NULL, &y);
     log_capture_end();
     burnc_tensor_release(y);
     if (s)
@@ -308,6 +317,7 @@ static void chain_metrics(const bench_bandwidth *bw, const double *tf, const dou
     double traffic = bw->eager_bytes / bw->fused_bytes, speedup = bw->eager_ms / bw->fused_ms;
     add_metric(out, "fused_ms", bw->fused_ms, "ms", TARGET_NONE, 0);
     add_metric(out, "fused_ms_min", min_of(tf, reps), "ms", TARGET_NONE, 0);
+    add_metric(out, "fused_host_ms", bw->fused_host_ms, "ms", TARGET_NONE, 0);
     add_metric(out, "eager_ms", bw->eager_ms, "ms", TARGET_NONE, 0);
     add_metric(out, "eager_ms_min", min_of(te, reps), "ms", TARGET_NONE, 0);
     add_metric(out, "fused_gbps", fused_gbps, "GB/s", TARGET_NONE, 0);
@@ -337,28 +347,29 @@ static void chain_metrics(const bench_bandwidth *bw, const double *tf, const dou
 /* Repetitions of three runs in turn: the probe, the fused chain, the eager chain, so that a
  * slow spell of this shared machine hits all three; rep -1 warms up. The last results stay in
  * *yf and *ye for the caller to check and release. */
-static int measure(bench_ctx *ctx, const chain *c, double *tp, double *tf, double *te, burnc_tensor_t **yf,
-                   burnc_tensor_t **ye)
+static int measure(bench_ctx *ctx, const chain *c, double *tp, double *tf, double *th, double *te,
+                   burnc_tensor_t **yf, burnc_tensor_t **ye)
 {
     probe_run *pr = ctx->device_copy ? NULL : ctx->probes ? probe_begin(ctx->probes, c->probe, c->probe_n) : NULL;
     if (!pr && !ctx->device_copy)
         return bench_fail("%s: no memory or threads for the %s probe", c->name, probe_mix_name(c->probe));
     int status = 0;
     for (int rep = -1; rep < ctx->reps && status == 0; rep++) {
-        double gbps = probe_once(ctx, pr, c->probe_n), ms = 0;
+        double gbps = probe_once(ctx, pr, c->probe_n), ms = 0, host = 0;
         if (gbps < 0)
             status = 1;
         burnc_tensor_release(*yf);
         *yf = NULL;
-        status = timed_run(ctx, c, true, &ms, yf);
+        status = timed_run(ctx, c, true, &ms, &host, yf);
         if (status == 0 && rep >= 0) {
             tp[rep] = gbps;
             tf[rep] = ms;
+            th[rep] = host;
         }
         burnc_tensor_release(*ye);
         *ye = NULL;
         if (status == 0)
-            status = timed_run(ctx, c, false, &ms, ye);
+            status = timed_run(ctx, c, false, &ms, NULL, ye);
         if (status == 0 && rep >= 0)
             te[rep] = ms;
     }
@@ -381,7 +392,7 @@ static int measure_autotune(bench_ctx *ctx, const chain *c, bench_bandwidth *bw)
     for (int rep = -1; rep < reps && status == 0; rep++)
         for (int m = rep < 0 ? 0 : 1; m < (rep < 0 ? 1 : 3) && status == 0; m++) {
             burnc_autotune_set_mode(modes[m]);
-            status = timed_run(ctx, c, true, &ms, &y);
+            status = timed_run(ctx, c, true, &ms, NULL, &y);
             burnc_tensor_release(y);
             y = NULL;
             if (status == 0 && rep >= 0)
@@ -427,8 +438,9 @@ static int run_chain(bench_ctx *ctx, chain *c, bench_result *out)
 
     size_t reps = (size_t)ctx->reps;
     double *tp = calloc(reps, sizeof *tp), *tf = calloc(reps, sizeof *tf), *te = calloc(reps, sizeof *te);
+    double *th = calloc(reps, sizeof *th);
     burnc_tensor_t *yf = NULL, *ye = NULL;
-    int status = tp && tf && te ? measure(ctx, c, tp, tf, te, &yf, &ye) : bench_fail("out of host memory");
+    int status = tp && tf && th && te ? measure(ctx, c, tp, tf, th, te, &yf, &ye) : bench_fail("out of host memory");
     bool bitwise = false;
     double err = 0;
     if (status == 0)
@@ -438,6 +450,7 @@ static int run_chain(bench_ctx *ctx, chain *c, bench_result *out)
     if (status == 0) {
         bw->probe_gbps = median(tp, ctx->reps);
         bw->fused_ms = median(tf, ctx->reps);
+        bw->fused_host_ms = median(th, ctx->reps);
         bw->eager_ms = median(te, ctx->reps);
         bw->valid = true;
         note_probe(ctx, c, bw->probe_gbps);
@@ -445,15 +458,17 @@ static int run_chain(bench_ctx *ctx, chain *c, bench_result *out)
         char n[24];
         format_count(n, sizeof n, c->probe_n);
         snprintf(out->note, sizeof out->note,
-                 "medians of %d, probe, fused and eager in turn; probe %s (%s) over %s f32; eager ops: %s (%s); "
-                 "fused and eager results %s; checked against the host",
-                 ctx->reps, probe_mix_name(c->probe), probe_mix_what(c->probe), n, tr.names, checked,
+                 "medians of %d, probe, fused and eager in turn, timed %s; probe %s (%s) over %s f32; eager ops: "
+                 "%s (%s); fused and eager results %s; checked against the host",
+                 ctx->reps, ctx->device_copy ? "by the device's clock" : "on the host around a sync",
+                 probe_mix_name(c->probe), probe_mix_what(c->probe), n, tr.names, checked,
                  bitwise ? "bitwise equal" : "DIFFER");
     }
     burnc_tensor_release(yf);
     burnc_tensor_release(ye);
     free(tp);
     free(tf);
+    free(th);
     free(te);
     return status;
 }

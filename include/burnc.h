@@ -247,6 +247,15 @@ BURNC_API burnc_status_t burnc_device_memory(burnc_device_t *dev, burnc_memory_r
  * of burnc-bench on GPUs. BURNC_ERR_UNAVAILABLE on devices whose memory is the host's (ref,
  * cpu), BURNC_ERR_OUT_OF_MEMORY when the buffers do not fit. */
 BURNC_API burnc_status_t burnc_device_copy_time(burnc_device_t *dev, size_t bytes, int reps, double *seconds);
+/* The device's own time of the work recorded between the two calls (CUDA events, Vulkan
+ * timestamps): start runs what was recorded before it and marks the device's stream after it;
+ * stop runs what was recorded since, marks the stream, waits for the mark and gives the seconds
+ * between the marks. Recording, fusion and launching on the host are not in it; a stop also
+ * reports an execution error as burnc_device_sync does. BURNC_ERR_UNAVAILABLE on devices that
+ * run on the host (ref, cpu: time those on the host around burnc_device_sync);
+ * BURNC_ERR_INVALID_ARGUMENT for a stop without a start, or seconds NULL. */
+BURNC_API burnc_status_t burnc_device_timer_start(burnc_device_t *dev);
+BURNC_API burnc_status_t burnc_device_timer_stop(burnc_device_t *dev, double *seconds);
 
 /* ---- Tensor creation --------------------------------------------------------------------- */
 /* shape: `rank` dimensions (rank 0 is a scalar; shape may be NULL then); dimensions >= 0.

@@ -386,6 +386,43 @@ burnc_status_t burnc_device_copy_time(burnc_device_t *dev, size_t bytes, int rep
     return s;
 }
 
+/* start (stop false) or stop of the device timer; fn names the public call. */
+static burnc_status_t timer(rt_device *dev, bool stop, double *seconds, const char *fn)
+{
+    if (!dev->be->timer_mark)
+        return rt_fail(BURNC_ERR_UNAVAILABLE, "%s: %s runs on the host and has no clock of its own: time it on the "
+                       "host around burnc_device_sync", fn, dev->spec);
+    RT_TRY(rt_flush(dev));
+    mtx_lock(&dev->exec_lock);
+    burnc_status_t s = BURNC_OK;
+    if (stop && !dev->timing)
+        s = rt_fail(BURNC_ERR_INVALID_ARGUMENT, "%s: %s: no burnc_device_timer_start before it", fn, dev->spec);
+    else
+        s = dev->be->timer_mark(dev, stop, seconds);
+    dev->timing = !stop && s == BURNC_OK;
+    if (stop && s == BURNC_OK && dev->pending_error != BURNC_OK) {
+        s = rt_fail(dev->pending_error, "%s", dev->pending_msg);
+        dev->pending_error = BURNC_OK;
+    }
+    mtx_unlock(&dev->exec_lock);
+    return s;
+}
+
+burnc_status_t burnc_device_timer_start(burnc_device_t *dev)
+{
+    CHECK_DEV(dev, "burnc_device_timer_start");
+    return timer(dev, false, NULL, "burnc_device_timer_start");
+}
+
+burnc_status_t burnc_device_timer_stop(burnc_device_t *dev, double *seconds)
+{
+    CHECK_DEV(dev, "burnc_device_timer_stop");
+    if (!seconds)
+        return rt_fail(BURNC_ERR_INVALID_ARGUMENT, "burnc_device_timer_stop: seconds is NULL");
+    *seconds = 0;
+    return timer(dev, true, seconds, "burnc_device_timer_stop");
+}
+
 burnc_status_t burnc_device_memory(burnc_device_t *dev, burnc_memory_report_t *out)
 {
     CHECK_DEV(dev, "burnc_device_memory");

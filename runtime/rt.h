@@ -92,6 +92,10 @@ typedef struct rt_backend {
      * copy engine or command (cuMemcpyDtoDAsync, vkCmdCopyBuffer), timed on the device, on
      * private buffers: the bandwidth limit burnc-bench compares kernels with. */
     burnc_status_t (*copy_time)(rt_device *dev, size_t bytes, int reps, double *seconds);
+    /* burnc_device_timer_start (stop false) and _stop (stop true), after the flush, with
+     * exec_lock held: marks the device's stream after the work launched so far; a stop waits
+     * for its mark and gives the seconds since the start's. */
+    burnc_status_t (*timer_mark)(rt_device *dev, bool stop, double *seconds);
 } rt_backend;
 
 extern const rt_backend rt_ref_backend;
@@ -148,6 +152,7 @@ struct burnc_device {
         uint64_t base, key;
     } in_place_keys[4];
     burnc_status_t pending_error; /* first execution error since the last sync */
+    bool timing;                  /* burnc_device_timer_start marked the stream (exec_lock) */
     char pending_msg[512];
     struct burnc_device *next; /* registry list */
     /* Autodiff handles (burnc_device_autodiff) are separate structs with only refs and these

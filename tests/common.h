@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "burnc.h"
 
@@ -132,6 +133,65 @@ static inline void bt_expect_usable(burnc_device_t *dev)
     burnc_tensor_release(y);
     burnc_tensor_release(tb);
     burnc_tensor_release(ta);
+}
+
+/* Device time (burnc_device_timer) of k eager ops x * 1.5 + 1 on n elements, checked against
+ * the host's f32 chain. */
+static inline double bt_timed_chain(burnc_device_t *dev, int k, int64_t n)
+{
+    float *x = malloc((size_t)n * sizeof *x), *got = malloc((size_t)n * sizeof *got);
+    cr_assert(x && got, "out of host memory");
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(i % 1000) / 7.0f - 50.0f;
+    burnc_tensor_t *t = bt_f32(dev, 1, &n, x);
+    BT_ASSERT_OK(burnc_device_timer_start(dev));
+    for (int i = 0; i < k; i++) {
+        burnc_tensor_t *y = BT_NOT_NULL(burnc_add_scalar(burnc_mul_scalar(t, 1.5), 1.0));
+        burnc_tensor_release(t);
+        t = y;
+    }
+    double s = -1;
+    BT_ASSERT_OK(burnc_device_timer_stop(dev, &s));
+    bt_read_f32(t, got, n);
+    for (int64_t i = 0; i < n; i++) {
+        float want = x[i];
+        for (int j = 0; j < k; j++)
+            want = want * 1.5f + 1.0f;
+        cr_assert_eq(got[i], want, "element %lld after %d steps: %a, want %a", (long long)i, k, got[i], want);
+    }
+    burnc_tensor_release(t);
+    free(x);
+    free(got);
+    return s;
+}
+
+/* burnc_device_timer on a device with a clock of its own (cuda, vulkan): it times the work
+ * between its calls (32 times the kernels take several times longer, host time before the
+ * work is left out), and refuses a stop without a start or without a place for the result. */
+static inline void bt_check_timer(burnc_device_t *dev, int64_t n)
+{
+    double s = 0;
+    BT_ASSERT_STATUS(burnc_device_timer_stop(dev, &s), BURNC_ERR_INVALID_ARGUMENT, "no burnc_device_timer_start");
+    BT_ASSERT_STATUS(burnc_device_timer_stop(dev, NULL), BURNC_ERR_INVALID_ARGUMENT, "seconds is NULL");
+    BT_ASSERT_OK(burnc_device_set_fusion(dev, false)); /* one kernel per op */
+    bt_timed_chain(dev, 1, n); /* compiles what the timed runs use */
+    double one = 1e30, many = 1e30;
+    for (int r = 0; r < 3; r++) { /* the fastest of three: a busy machine only adds time */
+        double a = bt_timed_chain(dev, 1, n), b = bt_timed_chain(dev, 32, n);
+        one = a < one ? a : one;
+        many = b < many ? b : many;
+    }
+    cr_assert(one > 0 && many < 60, "timer: 2 kernels %g s, 64 kernels %g s", one, many);
+    cr_assert(many > 4 * one, "timer: 64 kernels took %g s, 2 kernels %g s: not what ran between the calls", many, one);
+    /* the host sleeping after the start is not device work */
+    BT_ASSERT_OK(burnc_device_timer_start(dev));
+    struct timespec nap = {.tv_sec = 0, .tv_nsec = 300 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    BT_ASSERT_OK(burnc_device_timer_stop(dev, &s));
+    cr_assert(s >= 0 && s < 0.25, "timer: an empty interval with the host asleep 0.3 s measured %g s", s);
+    BT_ASSERT_STATUS(burnc_device_timer_stop(dev, &s), BURNC_ERR_INVALID_ARGUMENT, "no burnc_device_timer_start");
+    BT_ASSERT_OK(burnc_device_set_fusion(dev, true));
+    bt_expect_usable(dev);
 }
 
 /* Element i of host data of dtype dt, as a double. */

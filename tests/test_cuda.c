@@ -443,6 +443,14 @@ Test(cuda, copy_time_is_sane)
     BT_LEAK_CHECK();
 }
 
+Test(cuda, timer_times_the_work_between_its_calls)
+{
+    burnc_device_t *dev = open_gpu();
+    bt_check_timer(dev, 1 << 24);
+    burnc_device_release(dev);
+    BT_LEAK_CHECK();
+}
+
 Test(cuda, graphs_replay_repeated_batches)
 {
     setenv("BURNC_CUDA_GRAPHS", "1", 1);

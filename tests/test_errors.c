@@ -503,6 +503,24 @@ Test(errors, unavailable_devices)
     finish(bt_ref());
 }
 
+/* ref and cpu run on the host: no device clock; misuse of the timer is refused alike. */
+Test(errors, timer_on_host_devices)
+{
+    burnc_device_t *ref = bt_ref(), *cpu = burnc_device_open("cpu"); /* cpu: NULL without LLVM */
+    double s = 1;
+    BT_ASSERT_STATUS(burnc_device_timer_start(ref), BURNC_ERR_UNAVAILABLE, "ref runs on the host");
+    BT_ASSERT_STATUS(burnc_device_timer_stop(ref, &s), BURNC_ERR_UNAVAILABLE, "ref runs on the host");
+    cr_assert_eq(s, 0, "a failed stop leaves %g in seconds", s);
+    if (cpu) {
+        BT_ASSERT_STATUS(burnc_device_timer_start(cpu), BURNC_ERR_UNAVAILABLE, "cpu runs on the host");
+        bt_expect_usable(cpu);
+        burnc_device_release(cpu);
+    }
+    BT_ASSERT_STATUS(burnc_device_timer_start(NULL), BURNC_ERR_INVALID_ARGUMENT, "device is NULL");
+    BT_ASSERT_STATUS(burnc_device_timer_stop(ref, NULL), BURNC_ERR_INVALID_ARGUMENT, "seconds is NULL");
+    finish(ref);
+}
+
 Test(errors, same_device_twice)
 {
     burnc_device_t *d1 = bt_ref();

@@ -178,6 +178,14 @@ Test(vulkan, batching_limit)
 #endif
 }
 
+Test(vulkan, timer_times_the_work_between_its_calls)
+{
+    burnc_device_t *dev = open_vulkan(kernel_spec());
+    bt_check_timer(dev, 1 << 18);
+    burnc_device_release(dev);
+    BT_LEAK_CHECK();
+}
+
 Test(vulkan, to_device_between_cpu_ref_and_vulkan)
 {
     burnc_device_t *vk = open_vulkan(CPU_SPEC);

@@ -104,6 +104,9 @@ static void cuda_close(rt_device *dev)
         cd->cu->MemFreeHost(cd->staging);
     if (cd->done)
         cd->cu->EventDestroy(cd->done);
+    for (int i = 0; i < 2; i++)
+        if (cd->timer[i])
+            cd->cu->EventDestroy(cd->timer[i]);
     if (cd->stream)
         cd->cu->StreamDestroy(cd->stream);
     if (cd->ctx) {
@@ -415,6 +418,45 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+burnc_status_t cuda_timer_first_launch(rt_device *dev)
+{
+    cuda_device *cd = cuda_dev(dev);
+    if (!cd->timer_armed)
+        return BURNC_OK;
+    cd->timer_armed = false;
+    return cuda_check(dev, cd->cu->EventRecord(cd->timer[0], cd->stream), "cuEventRecord");
+}
+
+/* The start arms its event for the first launch after it (the work launched before it stays
+ * out); the stop records its own after the launches so far and waits for it. */
+static burnc_status_t cuda_timer_mark(rt_device *dev, bool stop, double *seconds)
+{
+    RT_TRY(cuda_enter(dev, "burnc_device_timer"));
+    cuda_gemm_flush(dev); /* a failure is the device's pending error, which a stop reports */
+    cuda_device *cd = cuda_dev(dev);
+    const cuda_driver *cu = cd->cu;
+    float ms = 0;
+    mtx_lock(&cd->lock);
+    burnc_status_t s = cuda_batch_submit_locked(dev);
+    for (int i = 0; i < 2 && s == BURNC_OK; i++)
+        if (!cd->timer[i])
+            s = cuda_check(dev, cu->EventCreate(&cd->timer[i], CU_EVENT_DEFAULT), "cuEventCreate");
+    if (s == BURNC_OK && !stop)
+        cd->timer_armed = true;
+    if (s == BURNC_OK && stop) /* still armed: nothing was launched, the interval is empty */
+        s = cuda_timer_first_launch(dev);
+    if (s == BURNC_OK && stop)
+        s = cuda_check(dev, cu->EventRecord(cd->timer[1], cd->stream), "cuEventRecord");
+    if (s == BURNC_OK && stop)
+        s = cuda_check(dev, cu->EventSynchronize(cd->timer[1]), "cuEventSynchronize");
+    if (s == BURNC_OK && stop)
+        s = cuda_check(dev, cu->EventElapsedTime(&ms, cd->timer[0], cd->timer[1]), "cuEventElapsedTime");
+    mtx_unlock(&cd->lock);
+    if (stop)
+        *seconds = ms * 1e-3;
+    return s;
+}
+
 static burnc_status_t cuda_copy_time(rt_device *dev, size_t bytes, int reps, double *seconds)
 {
     RT_TRY(cuda_enter(dev, "burnc_device_copy_time"));
@@ -495,4 +537,5 @@ const rt_backend rt_cuda_backend = {
     .autotune_fingerprint = cuda_autotune_fingerprint,
     .tune_kernel = cuda_tune_kernel_hook,
     .copy_time = cuda_copy_time,
+    .timer_mark = cuda_timer_mark,
 };

@@ -194,6 +194,8 @@ typedef struct cuda_device {
     CUcontext ctx;
     CUstream stream;
     CUevent done;        /* recorded at sync */
+    CUevent timer[2];    /* burnc_device_timer_start and _stop's marks (made at the first) */
+    bool timer_armed;    /* timer[0] goes on the stream right before the next launch */
     int cc;              /* compute capability: 10 x major + minor */
     int sms, driver_version, max_shared_optin;
     size_t total_mem;
@@ -242,6 +244,9 @@ void cuda_profile_report(rt_device *dev);
  * an error, `name` in the profile. */
 burnc_status_t cuda_launch_fn(rt_device *dev, CUfunction fn, const uint32_t grid[3], const uint32_t block[3],
                               uint32_t shared, void **params, void **extra, const char *what, const char *name);
+/* Puts burnc_device_timer_start's event on the stream if it waits for the first launch (the
+ * lock held): the timer then leaves out the host's time between the start and that launch. */
+burnc_status_t cuda_timer_first_launch(rt_device *dev);
 
 /* Waits for everything enqueued so far (the lock held by the caller). */
 burnc_status_t cuda_wait_locked(rt_device *dev, const char *what);

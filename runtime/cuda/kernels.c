@@ -622,6 +622,7 @@ burnc_status_t cuda_batch_submit_locked(rt_device *dev)
     cuda_device *cd = cuda_dev(dev);
     if (!cd->n_pending)
         return BURNC_OK;
+    RT_TRY(cuda_timer_first_launch(dev)); /* before a capture, which must not hold it */
     uint64_t h = batch_hash(cd);
     burnc_status_t s = BURNC_OK;
     cuda_graph *g = NULL;

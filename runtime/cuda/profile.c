@@ -95,6 +95,7 @@ burnc_status_t cuda_launch_fn(rt_device *dev, CUfunction fn, const uint32_t grid
 {
     cuda_device *cd = cuda_dev(dev);
     cuda_profile *p = cd->profile;
+    RT_TRY(cuda_timer_first_launch(dev));
     if (p)
         cd->cu->EventRecord(p->start, cd->stream);
     burnc_status_t s = cuda_check(dev, cd->cu->LaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1],

@@ -370,6 +370,8 @@ static void vk_close(rt_device *dev)
         }
         if (vd->cmd_pool)
             vd->api.vkDestroyCommandPool(vd->dev, vd->cmd_pool, NULL);
+        if (vd->timer)
+            vd->api.vkDestroyQueryPool(vd->dev, vd->timer, NULL);
         vd->api.vkDestroyDevice(vd->dev, NULL);
     }
     mtx_destroy(&vd->lock);
@@ -659,6 +661,43 @@ static burnc_status_t copy_time_locked(rt_device *dev, size_t bytes, int reps, d
     return s;
 }
 
+/* A timestamp in the current batch once the commands before it are done; at a stop, the batches
+ * are submitted and waited for, and the seconds between the two timestamps given. */
+static burnc_status_t vk_timer_mark(rt_device *dev, bool stop, double *seconds)
+{
+    vk_device *vd = vk_dev(dev);
+    burnc_status_t s = BURNC_OK;
+    mtx_lock(&vd->qlock);
+    if (!vd->timer) {
+        VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                    .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 2};
+        VkResult r = vd->api.vkCreateQueryPool(vd->dev, &qi, NULL, &vd->timer);
+        if (r != VK_SUCCESS)
+            s = vk_fail(r, BURNC_ERR_EXECUTION, "burnc_device_timer: vkCreateQueryPool");
+    }
+    vk_batch *b;
+    if (s == BURNC_OK)
+        s = vk_batch_get(vd, &b);
+    if (s == BURNC_OK) {
+        if (!stop)
+            vd->api.vkCmdResetQueryPool(b->cmd, vd->timer, 0, 2);
+        vd->api.vkCmdWriteTimestamp(b->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, vd->timer, stop);
+    }
+    if (s == BURNC_OK && stop)
+        s = vk_drain(vd);
+    uint64_t ts[2];
+    if (s == BURNC_OK && stop) {
+        VkResult r = vd->api.vkGetQueryPoolResults(vd->dev, vd->timer, 0, 2, sizeof ts, ts, sizeof ts[0],
+                                                   VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+        if (r != VK_SUCCESS)
+            s = vk_fail(r, BURNC_ERR_EXECUTION, "burnc_device_timer_stop: vkGetQueryPoolResults");
+        else
+            *seconds = (double)(ts[1] - ts[0]) * vd->props.limits.timestampPeriod * 1e-9;
+    }
+    mtx_unlock(&vd->qlock);
+    return s;
+}
+
 static burnc_status_t vk_copy_time(rt_device *dev, size_t bytes, int reps, double *seconds)
 {
     vk_device *vd = vk_dev(dev);
@@ -703,5 +742,6 @@ const rt_backend rt_vulkan_backend = {
     .set_fusion = vk_set_fusion,
     .autotune_fingerprint = vk_autotune_fingerprint,
     .copy_time = vk_copy_time,
+    .timer_mark = vk_timer_mark,
     .tune_kernel = vk_tune_kernel,
 };

@@ -142,6 +142,7 @@ typedef struct vk_device {
     long saved_pipelines; /* pipelines when the cache file was last written */
     char fingerprint[256];
     atomic_bool fuse;
+    VkQueryPool timer; /* burnc_device_timer's two timestamps (made at the first start) */
 } vk_device;
 
 static inline vk_device *vk_dev(rt_device *dev) { return (vk_device *)dev->impl; }
