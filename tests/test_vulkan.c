@@ -186,6 +186,41 @@ Test(vulkan, timer_times_the_work_between_its_calls)
     BT_LEAK_CHECK();
 }
 
+/* Host transfers larger than the staging chunk (VK_STAGE_CHUNK) go through it piece by piece
+ * (on a discrete GPU: lavapipe maps its buffers and copies directly):
+ * an upload, a computed result read back, and a slice that starts past the first chunk. */
+Test(vulkan, transfers_past_the_staging_chunk)
+{
+#if BURNC_HAVE_VULKAN
+    burnc_device_t *dev = open_vulkan(kernel_spec());
+    const int64_t n = (VK_STAGE_CHUNK / 4) * 2 + 12345; /* two chunks and a part */
+    float *x = malloc((size_t)n * sizeof *x), *got = malloc((size_t)n * sizeof *got);
+    cr_assert(x && got);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(i % 100003) * 0.25f - 7.0f;
+    burnc_tensor_t *t = tensor_f32(dev, 1, &n, x);
+    read_f32(t, got, (size_t)n);
+    cr_assert(memcmp(x, got, (size_t)n * sizeof *x) == 0, "upload and read-back differ");
+    burnc_tensor_t *y = burnc_add_scalar(t, 1.0);
+    read_f32(y, got, (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(got[i], x[i] + 1.0f, "element %lld: %a, want %a", (long long)i, got[i], x[i] + 1.0f);
+    const int64_t from = VK_STAGE_CHUNK / 4 + 77, len = 1000;
+    burnc_tensor_t *s = burnc_slice(t, 0, from, from + len, 1);
+    read_f32(s, got, (size_t)len);
+    cr_assert(memcmp(x + from, got, (size_t)len * sizeof *x) == 0, "a slice past the first chunk differs");
+    burnc_tensor_release(s);
+    burnc_tensor_release(y);
+    burnc_tensor_release(t);
+    free(x);
+    free(got);
+    burnc_device_release(dev);
+    BT_LEAK_CHECK();
+#else
+    cr_skip_test("burnc was built without the vulkan backend");
+#endif
+}
+
 Test(vulkan, to_device_between_cpu_ref_and_vulkan)
 {
     burnc_device_t *vk = open_vulkan(CPU_SPEC);

@@ -89,6 +89,8 @@ struct rt_kernel {
 /* ---- The device (backend.c) --------------------------------------------------------------- */
 /* bindings: the argument words, the inputs, the outputs and the scratch records */
 enum { VK_BATCHES = 3, VK_MAX_BINDINGS = 2 + KIR_MAX_INPUTS + KIR_MAX_OUTPUTS, VK_ARGS_PER_TASK = 1024 };
+/* host transfers go through staging buffers of at most VK_STAGE_CHUNK bytes (backend.c) */
+enum { VK_STAGE_MIN = 64 << 10, VK_STAGE_CHUNK = 32 << 20 };
 /* Multi-pass reductions (codegen/glsl.h) run for fewer rows than VK_PASSES_ROWS of at least
  * VK_PASSES_LEAVES leaves: fewer rows than a GPU has compute units leave most idle with a
  * workgroup per row. Records are 16 bytes (an 8-byte value and a position). */
@@ -143,6 +145,7 @@ typedef struct vk_device {
     char fingerprint[256];
     atomic_bool fuse;
     VkQueryPool timer; /* burnc_device_timer's two timestamps (made at the first start) */
+    vk_buffer *stage[2]; /* staging for read-backs [0] and uploads [1] (backend.c) */
 } vk_device;
 
 static inline vk_device *vk_dev(rt_device *dev) { return (vk_device *)dev->impl; }
