@@ -248,8 +248,8 @@ void rt_storage_release(rt_storage *st);
 /* A new tensor handle over st (takes a holder reference on st), registered in the current
  * scope. */
 burnc_tensor_t *rt_tensor_new(rt_storage *st, burnc_dtype_t dtype, const ir_view *view);
-/* The same over a storage reference and holder count the caller took for the handle (both
- * dropped when out of memory). */
+/* The first handle of st (once per storage, from rt_storage_new), kept in st's own block: no
+ * allocation, never fails. Over a storage reference and holder count the caller took for it. */
 burnc_tensor_t *rt_tensor_adopt(rt_storage *st, burnc_dtype_t dtype, const ir_view *view);
 rt_device *rt_tensor_dev(const burnc_tensor_t *t);
 /* Drops a reference without the scope rule of burnc_tensor_release. */

@@ -5,9 +5,20 @@
 #include "autodiff/ad.h"
 #include "rt.h"
 
+/* A storage with room for its first handle: recording makes an output and its handle
+ * together, and one malloc and free an op instead of two was a good part of recording a small
+ * op. The handle holds a reference on the storage, so the block goes with the storage, after
+ * the handle. */
+typedef struct storage_block {
+    rt_storage st; /* first: the block is freed through it */
+    burnc_tensor_t first;
+} storage_block;
+
+static burnc_tensor_t *first_handle(rt_storage *st) { return &((storage_block *)st)->first; }
+
 rt_storage *rt_storage_new(rt_device *dev, size_t nbytes)
 {
-    rt_storage *st = calloc(1, sizeof *st);
+    rt_storage *st = calloc(1, sizeof(storage_block));
     if (!st)
         return NULL;
     atomic_init(&st->refs, 1);
@@ -36,15 +47,8 @@ void rt_storage_release(rt_storage *st)
     rt_device_unref(dev);
 }
 
-burnc_tensor_t *rt_tensor_adopt(rt_storage *st, burnc_dtype_t dtype, const ir_view *view)
+static burnc_tensor_t *tensor_init(burnc_tensor_t *t, rt_storage *st, burnc_dtype_t dtype, const ir_view *view)
 {
-    burnc_tensor_t *t = malloc(sizeof *t);
-    if (!t) {
-        atomic_fetch_sub(&st->holders, 1);
-        rt_storage_release(st);
-        rt_fail(BURNC_ERR_OUT_OF_MEMORY, "burnc: out of memory for a tensor handle");
-        return NULL;
-    }
     atomic_init(&t->refs, 1);
     t->dtype = dtype;
     t->view = *view;
@@ -57,11 +61,21 @@ burnc_tensor_t *rt_tensor_adopt(rt_storage *st, burnc_dtype_t dtype, const ir_vi
     return t;
 }
 
+burnc_tensor_t *rt_tensor_adopt(rt_storage *st, burnc_dtype_t dtype, const ir_view *view)
+{
+    return tensor_init(first_handle(st), st, dtype, view);
+}
+
 burnc_tensor_t *rt_tensor_new(rt_storage *st, burnc_dtype_t dtype, const ir_view *view)
 {
+    burnc_tensor_t *t = malloc(sizeof *t);
+    if (!t) {
+        rt_fail(BURNC_ERR_OUT_OF_MEMORY, "burnc: out of memory for a tensor handle");
+        return NULL;
+    }
     rt_storage_retain(st);
     atomic_fetch_add(&st->holders, 1);
-    return rt_tensor_adopt(st, dtype, view);
+    return tensor_init(t, st, dtype, view);
 }
 
 rt_device *rt_tensor_dev(const burnc_tensor_t *t) { return t->st->dev; }
@@ -84,11 +98,13 @@ void rt_tensor_unref(burnc_tensor_t *t)
         return;
     if (t->ad)
         ad_node_release(t->ad);
-    atomic_fetch_sub(&t->st->holders, 1);
-    rt_storage_release(t->st);
     if (t->ctx)
         burnc_device_release(t->ctx);
-    free(t);
+    rt_storage *st = t->st;
+    atomic_fetch_sub(&st->holders, 1);
+    if (t != first_handle(st))
+        free(t);
+    rt_storage_release(st); /* the last reference frees the first handle with the storage */
 }
 
 burnc_tensor_t *burnc_tensor_retain(burnc_tensor_t *t)
