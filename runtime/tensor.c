@@ -1,6 +1,7 @@
 /* Storages and tensor handles; creation from host data; reading back. */
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 
 #include "autodiff/ad.h"
 #include "rt.h"
@@ -16,15 +17,51 @@ typedef struct storage_block {
 
 static burnc_tensor_t *first_handle(rt_storage *st) { return &((storage_block *)st)->first; }
 
+/* Freed blocks kept per thread for the next storages: a loop frees as many outputs as it
+ * records, and glibc keeps only 7 blocks of a size per thread, so most went through its arena
+ * and its lock, both ways. A thread's blocks are freed when it exits. */
+enum { SPARE_BLOCKS = 64 };
+typedef struct spare_list {
+    bool kept; /* registered to be freed at the thread's exit */
+    int n;
+    storage_block *b[SPARE_BLOCKS];
+} spare_list;
+static _Thread_local spare_list spare;
+static tss_t spare_key;
+static once_flag spare_once = ONCE_FLAG_INIT;
+static bool spare_ok;
+
+static void spare_free(void *p)
+{
+    spare_list *l = p;
+    while (l->n > 0)
+        free(l->b[--l->n]);
+}
+
+static void spare_init(void) { spare_ok = tss_create(&spare_key, spare_free) == thrd_success; }
+
+static void block_free(storage_block *b)
+{
+    spare_list *l = &spare;
+    if (!l->kept) {
+        call_once(&spare_once, spare_init);
+        l->kept = spare_ok && tss_set(spare_key, l) == thrd_success;
+    }
+    if (l->kept && l->n < SPARE_BLOCKS)
+        l->b[l->n++] = b;
+    else
+        free(b);
+}
+
 rt_storage *rt_storage_new(rt_device *dev, size_t nbytes)
 {
-    rt_storage *st = calloc(1, sizeof(storage_block));
-    if (!st)
+    storage_block *b = spare.n > 0 ? spare.b[--spare.n] : malloc(sizeof *b);
+    if (!b)
         return NULL;
+    rt_storage *st = &b->st;
+    *st = (rt_storage){.dev = dev, .nbytes = nbytes};
     atomic_init(&st->refs, 1);
     atomic_init(&st->holders, 0);
-    st->dev = dev;
-    st->nbytes = nbytes;
     atomic_fetch_add(&dev->refs, 1);
     return st;
 }
@@ -43,7 +80,7 @@ void rt_storage_release(rt_storage *st)
             rt_pool_free(dev, st->buf);
     }
     free(st->poison_msg);
-    free(st);
+    block_free((storage_block *)st);
     rt_device_unref(dev);
 }
 
