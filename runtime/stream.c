@@ -709,7 +709,18 @@ burnc_status_t rt_flush(rt_device *dev)
     mtx_lock(&dev->exec_lock);
     mtx_lock(&dev->lock);
     rt_stream batch = dev->stream;
-    memset(&dev->stream, 0, sizeof dev->stream);
+    ir_record *small[SMALL_BATCH];
+    if (batch.n <= SMALL_BATCH) {
+        /* a loop's flush: the batch takes a copy of the list and the stream keeps it (freeing
+         * it and allocating 2 KiB again each flush made glibc consolidate its free lists) */
+        if (batch.n)
+            memcpy(small, batch.recs, (size_t)batch.n * sizeof *small);
+        batch.recs = small;
+        dev->stream.n = 0;
+        dev->stream.arena = NULL;
+    } else {
+        memset(&dev->stream, 0, sizeof dev->stream);
+    }
     mtx_unlock(&dev->lock);
 
     int ran = 0;
@@ -746,6 +757,8 @@ burnc_status_t rt_flush(rt_device *dev)
         free(flags);
     if (batch.n)
         rt_log("runtime", "%s: flushed %d records, %d needed", dev->spec, batch.n, ran);
+    if (batch.recs == small)
+        batch.recs = NULL;
     rt_stream_free(&batch);
     mtx_unlock(&dev->exec_lock);
     return BURNC_OK;
