@@ -275,7 +275,8 @@ struct rt_kernel {
 void cuda_kernel_cache_init(rt_device *dev);
 void cuda_kernel_cache_free(rt_device *dev);
 /* The compiled kernel for structure k (kir_hash key) and options opt: memory, then the disk
- * cache (the cubin, else the PTX), then the LLVM module. */
+ * cache (the cubin, else the PTX), then the LLVM module. Makes the context current only to
+ * build one. */
 burnc_status_t cuda_kernel_get(rt_device *dev, const kir_kernel *k, uint64_t key, const cg_ptx_options *opt,
                                rt_kernel **out);
 /* Plans and enqueues one launch of k over args whose buffers are ins/outs. */

@@ -412,15 +412,18 @@ static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, c
 burnc_status_t cuda_kernel_get(rt_device *dev, const kir_kernel *k, uint64_t key, const cg_ptx_options *opt,
                                rt_kernel **out)
 {
-    RT_TRY(cuda_enter(dev, k->name));
     cuda_kernel_cache *c = &cuda_dev(dev)->kernels;
     mtx_lock(&c->lock);
     rt_kernel *hit = lookup(c, k, key, opt);
     mtx_unlock(&c->lock);
-    if (!hit)
-        return build(dev, k, key, opt, out);
-    *out = hit;
-    return BURNC_OK;
+    /* a hit calls no driver: the launch that follows makes the context current, once per
+     * launch of a flush instead of twice (a lost device is refused all the same) */
+    if (hit && !atomic_load(&cuda_dev(dev)->lost)) {
+        *out = hit;
+        return BURNC_OK;
+    }
+    RT_TRY(cuda_enter(dev, k->name));
+    return build(dev, k, key, opt, out);
 }
 
 /* ---- Launching ---- */

@@ -166,6 +166,7 @@ burnc_status_t cuda_tune_choose(rt_device *dev, const kir_kernel *k, uint64_t ke
 /* burnc-tune --file: a recorded kernel tuned for its recorded layout. */
 burnc_status_t cuda_tune_kernel(rt_device *dev, const kir_kernel *k, const kir_args *args, at_outcome *out)
 {
+    RT_TRY(cuda_enter(dev, k->name));
     uint64_t key = kir_hash(k);
     rt_kernel *compiled;
     cg_ptx_options opt = {.sm = cuda_dev(dev)->cc};
