@@ -179,7 +179,7 @@ typedef struct cuda_pending {
     CUfunction fn;
     uint32_t grid[3], block[3], shared;
     uint32_t n_words;
-    uint64_t *words; /* malloc'ed */
+    size_t first_word; /* its parameter block: the batch's words[first_word..first_word + n_words) */
 } cuda_pending;
 
 typedef struct cuda_graph {
@@ -219,6 +219,8 @@ typedef struct cuda_device {
     bool graphs;
     int n_pending;
     cuda_pending pending[CUDA_GRAPH_BATCH];
+    uint64_t *words;      /* the pending launches' parameter words, kept from batch to batch */
+    size_t n_words, cap_words;
     uint64_t seen[CUDA_GRAPH_SEEN];
     int n_seen;
     cuda_graph kept[CUDA_GRAPHS_KEPT];

@@ -477,11 +477,21 @@ static burnc_status_t enqueue_locked(rt_device *dev, CUfunction fn, const cg_ptx
         return launch_now(dev, fn, l->grid, l->block, l->shared_bytes, l->words, l->n_words, name);
     if (cd->n_pending == CUDA_GRAPH_BATCH)
         RT_TRY(cuda_batch_submit_locked(dev));
+    if (!cd->words || cd->cap_words - cd->n_words < l->n_words) {
+        /* one array for the batch's words, not a malloc and free per launch */
+        size_t cap = cd->cap_words ? 2 * cd->cap_words : 1024;
+        while (cap - cd->n_words < l->n_words)
+            cap *= 2;
+        uint64_t *words = realloc(cd->words, cap * sizeof *words);
+        if (!words)
+            return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: out of memory for a launch", dev->spec);
+        cd->words = words;
+        cd->cap_words = cap;
+    }
     cuda_pending *p = &cd->pending[cd->n_pending];
-    p->words = malloc((l->n_words ? l->n_words : 1) * sizeof *p->words);
-    if (!p->words)
-        return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: out of memory for a launch", dev->spec);
-    memcpy(p->words, l->words, l->n_words * sizeof *p->words);
+    p->first_word = cd->n_words;
+    memcpy(cd->words + cd->n_words, l->words, l->n_words * sizeof *cd->words);
+    cd->n_words += l->n_words;
     p->fn = fn;
     memcpy(p->grid, l->grid, sizeof p->grid);
     memcpy(p->block, l->block, sizeof p->block);
@@ -563,7 +573,7 @@ static uint64_t batch_hash(const cuda_device *cd)
                             p->grid[2] | (uint64_t)p->block[0] << 32, p->block[1] | (uint64_t)p->block[2] << 32,
                             p->shared, p->n_words};
         h = kc_hash(head, sizeof head, h);
-        h = kc_hash(p->words, p->n_words * sizeof *p->words, h);
+        h = kc_hash(cd->words + p->first_word, p->n_words * sizeof *cd->words, h);
     }
     return h;
 }
@@ -573,7 +583,8 @@ static burnc_status_t launch_batch(rt_device *dev)
     cuda_device *cd = cuda_dev(dev);
     for (int i = 0; i < cd->n_pending; i++) {
         const cuda_pending *p = &cd->pending[i];
-        RT_TRY(launch_now(dev, p->fn, p->grid, p->block, p->shared, p->words, p->n_words, "a batch"));
+        RT_TRY(launch_now(dev, p->fn, p->grid, p->block, p->shared, cd->words + p->first_word, p->n_words,
+                          "a batch"));
     }
     return BURNC_OK;
 }
@@ -655,18 +666,18 @@ burnc_status_t cuda_batch_submit_locked(rt_device *dev)
             cd->seen[cd->n_seen < CUDA_GRAPH_SEEN ? cd->n_seen++ : (int)(h % CUDA_GRAPH_SEEN)] = h;
         s = launch_batch(dev);
     }
-    for (int i = 0; i < cd->n_pending; i++)
-        free(cd->pending[i].words);
     cd->n_pending = 0;
+    cd->n_words = 0;
     return s;
 }
 
 void cuda_graphs_free(rt_device *dev)
 {
     cuda_device *cd = cuda_dev(dev);
-    for (int i = 0; i < cd->n_pending; i++)
-        free(cd->pending[i].words);
+    free(cd->words);
+    cd->words = NULL;
     cd->n_pending = 0;
+    cd->n_words = cd->cap_words = 0;
     for (int i = 0; i < CUDA_GRAPHS_KEPT; i++)
         if (cd->kept[i].exec && !atomic_load(&cd->lost))
             cd->cu->GraphExecDestroy(cd->kept[i].exec);
