@@ -196,11 +196,10 @@ struct burnc_tensor {
 extern _Thread_local int ad_no_grad_depth;
 static inline bool rt_ad_wanted(int n, burnc_tensor_t *const *ins)
 {
-    if (ad_no_grad_depth)
-        return false;
+    /* the thread-local depth last: it costs a call in a shared library */
     for (int k = 0; k < n; k++)
         if (ins[k] && ins[k]->ad)
-            return true;
+            return !ad_no_grad_depth;
     return false;
 }
 /* Gives t the autodiff context ctx (NULL: none), retaining it. */

@@ -11,8 +11,12 @@ typedef struct scope {
     burnc_tensor_t *first[32]; /* a loop body's handles: one allocation a scope */
 } scope;
 
-static _Thread_local scope *current;
-static _Thread_local int suspended;
+/* The thread's innermost scope and suspension depth, in one thread-local variable: each costs
+ * a call to reach in a shared library, and every recorded op registers its handle. */
+static _Thread_local struct {
+    scope *current;
+    int suspended;
+} tls;
 
 void burnc_scope_begin(void)
 {
@@ -25,16 +29,16 @@ void burnc_scope_begin(void)
     s->items = s->first;
     s->n = 0;
     s->cap = sizeof s->first / sizeof *s->first;
-    s->outer = current;
-    current = s;
+    s->outer = tls.current;
+    tls.current = s;
 }
 
 void burnc_scope_end(void)
 {
-    scope *s = current;
+    scope *s = tls.current;
     if (!s)
         return;
-    current = s->outer;
+    tls.current = s->outer;
     for (size_t i = 0; i < s->n; i++) {
         burnc_tensor_t *t = s->items[i];
         if (!t)
@@ -49,8 +53,8 @@ void burnc_scope_end(void)
 
 void rt_scope_register(burnc_tensor_t *t)
 {
-    scope *s = current;
-    if (!s || suspended)
+    scope *s = tls.current;
+    if (!s || tls.suspended)
         return;
     if (s->n == s->cap) {
         size_t cap = 2 * s->cap;
@@ -73,7 +77,7 @@ burnc_tensor_t *burnc_tensor_keep(burnc_tensor_t *t)
         return t;
     /* The scope's reference becomes the caller's. */
     t->scoped = false;
-    for (scope *s = current; s; s = s->outer)
+    for (scope *s = tls.current; s; s = s->outer)
         for (size_t i = s->n; i-- > 0;)
             if (s->items[i] == t) {
                 s->items[i] = NULL;
@@ -82,5 +86,5 @@ burnc_tensor_t *burnc_tensor_keep(burnc_tensor_t *t)
     return t;
 }
 
-void rt_scope_suspend(void) { suspended++; }
-void rt_scope_resume(void) { suspended--; }
+void rt_scope_suspend(void) { tls.suspended++; }
+void rt_scope_resume(void) { tls.suspended--; }

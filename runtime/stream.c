@@ -61,12 +61,13 @@ void rt_stream_free(rt_stream *s)
 }
 
 /* The autodiff context of the record being built on this thread (its first input's, if any):
- * the output carries it (autodiff/tape.c). One record at a time per thread, under the lock. */
+ * the output carries it (autodiff/tape.c). One record at a time per thread, under the lock.
+ * Set only from an input that has one and cleared by commit and abort, so that a record
+ * without one reads it once: thread-local variables cost a call each in a shared library. */
 static _Thread_local rt_device *record_ctx;
 
 ir_record *rt_record_begin(rt_device *dev, ir_op op, int n_in)
 {
-    record_ctx = NULL;
     mtx_lock(&dev->lock);
     ir_record *r = arena_alloc(&dev->stream, sizeof *r);
     ir_operand *in = n_in ? arena_alloc(&dev->stream, (size_t)n_in * sizeof *in) : NULL;
@@ -89,7 +90,7 @@ void rt_record_input(ir_record *r, int k, const burnc_tensor_t *t, const ir_view
     r->in[k].dtype = t->dtype;
     r->in[k].view = view ? *view : t->view;
     rt_storage_retain(t->st);
-    if (!record_ctx)
+    if (t->ctx && !record_ctx)
         record_ctx = t->ctx;
 }
 
@@ -99,6 +100,7 @@ void rt_record_abort(rt_device *dev, ir_record *r)
     for (int k = 0; k < r->n_in; k++)
         if (r->in[k].storage)
             rt_storage_release(r->in[k].storage);
+    record_ctx = NULL;
     mtx_unlock(&dev->lock);
 }
 
@@ -156,10 +158,12 @@ burnc_tensor_t *rt_record_commit(rt_device *dev, ir_record *r)
     mtx_unlock(&dev->lock);
 
     burnc_tensor_t *t = rt_tensor_adopt(st, dtype, &v);
-    if (t && record_ctx)
-        rt_tensor_set_ctx(t, record_ctx);
-    record_ctx = NULL;
-    if (t && pending >= AUTO_FLUSH_RECORDS) {
+    rt_device *ctx = record_ctx;
+    if (ctx) {
+        rt_tensor_set_ctx(t, ctx);
+        record_ctx = NULL;
+    }
+    if (pending >= AUTO_FLUSH_RECORDS) {
         rt_error_state saved;
         rt_error_save(&saved);
         rt_flush(dev); /* failures are reported by the next sync or read */
