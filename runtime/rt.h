@@ -176,6 +176,7 @@ typedef struct rt_storage {
     bool needed;            /* flush scratch: some live consumer or holder needs it */
     int flush_refs;         /* flush scratch: references held by the batch's records */
     int last_reader;        /* flush scratch: the last group of the plan that reads it */
+    int batch_index;        /* flush scratch: its producer's index in the batch */
     burnc_status_t poison;  /* execution error of its producer */
     char *poison_msg;
 } rt_storage;

@@ -266,52 +266,14 @@ static void run_record(rt_device *dev, ir_record *r)
 
 /* ---- Which outputs are needed ---- */
 
-/* The batch's output storages by address, to find the record that produces an input. */
-typedef struct producers {
-    int cap;   /* a power of two */
-    int *slot; /* record index + 1; 0 when empty */
-} producers;
-
-static size_t ptr_hash(const void *p)
-{
-    uint64_t h = (uint64_t)(uintptr_t)p * UINT64_C(0x9e3779b97f4a7c15);
-    return (size_t)(h >> 32);
-}
-
-/* Small batches (a loop's flush) use the caller's stack: buf, when it holds 2 * SMALL_BATCH
- * slots. */
+/* Small batches (a loop's flush) keep their scratch on the stack. */
 enum { SMALL_BATCH = 64 };
 
-static bool producers_build(producers *m, ir_record *const *recs, int n, int *buf)
-{
-    m->cap = 16;
-    while (m->cap < 2 * n)
-        m->cap *= 2;
-    if (m->cap <= 2 * SMALL_BATCH) {
-        m->slot = buf;
-        memset(m->slot, 0, (size_t)m->cap * sizeof *m->slot);
-    } else {
-        m->slot = calloc((size_t)m->cap, sizeof *m->slot);
-    }
-    if (!m->slot)
-        return false;
-    for (int i = 0; i < n; i++) {
-        size_t h = ptr_hash(recs[i]->out) & (size_t)(m->cap - 1);
-        while (m->slot[h])
-            h = (h + 1) & (size_t)(m->cap - 1);
-        m->slot[h] = i + 1;
-    }
-    return true;
-}
-
-/* The index of the batch record that writes st, or -1. */
-static int producer_of(const producers *m, ir_record *const *recs, const rt_storage *st)
-{
-    for (size_t h = ptr_hash(st) & (size_t)(m->cap - 1); m->slot[h]; h = (h + 1) & (size_t)(m->cap - 1))
-        if (recs[m->slot[h] - 1]->out == st)
-            return m->slot[h] - 1;
-    return -1;
-}
+/* The index of the batch record that writes st, or -1. A storage whose producer is still set
+ * is written by this batch: a flush takes every pending record, one flush at a time, and
+ * clears the producers it ran; find_needed numbered the batch's outputs (a map by address
+ * cost more than the rest of the analysis). */
+static int producer_of(const rt_storage *st) { return st->producer ? st->batch_index : -1; }
 
 /* outside[i]: record i's output is used by something other than this batch's records: a
  * tensor handle, or a record queued after the flush took the batch. A storage's references are
@@ -322,19 +284,18 @@ static int producer_of(const producers *m, ir_record *const *recs, const rt_stor
  * Without memory for the analysis, every record is needed. */
 static void find_needed(ir_record *const *recs, int n, bool *outside, bool *live)
 {
-    producers m;
-    int uses_buf[SMALL_BATCH], slot_buf[2 * SMALL_BATCH];
+    int uses_buf[SMALL_BATCH];
     int *uses = n <= SMALL_BATCH ? memset(uses_buf, 0, sizeof uses_buf) : calloc((size_t)n, sizeof *uses);
-    if (!uses || !producers_build(&m, recs, n, slot_buf)) {
-        if (uses != uses_buf)
-            free(uses);
+    if (!uses) {
         for (int i = 0; i < n; i++)
             outside[i] = live[i] = true;
         return;
     }
     for (int i = 0; i < n; i++)
+        recs[i]->out->batch_index = i;
+    for (int i = 0; i < n; i++)
         for (int k = 0; k < recs[i]->n_in; k++) {
-            int j = producer_of(&m, recs, recs[i]->in[k].storage);
+            int j = producer_of(recs[i]->in[k].storage);
             if (j >= 0)
                 uses[j]++;
         }
@@ -344,13 +305,11 @@ static void find_needed(ir_record *const *recs, int n, bool *outside, bool *live
         if (!live[i])
             continue;
         for (int k = 0; k < recs[i]->n_in; k++) {
-            int j = producer_of(&m, recs, recs[i]->in[k].storage);
+            int j = producer_of(recs[i]->in[k].storage);
             if (j >= 0)
                 live[j] = true;
         }
     }
-    if (m.slot != slot_buf)
-        free(m.slot);
     if (uses != uses_buf)
         free(uses);
 }
