@@ -60,11 +60,14 @@ static bool reserve(fus_key *k, size_t extra)
     size_t cap = k->cap ? 2 * k->cap : 256;
     if (cap < k->n + extra)
         cap = k->n + extra;
-    int64_t *p = realloc(k->words, cap * sizeof *p);
+    int64_t *p = realloc(k->borrowed ? NULL : k->words, cap * sizeof *p);
     if (!p)
         return false;
+    if (k->borrowed)
+        memcpy(p, k->words, k->n * sizeof *p);
     k->words = p;
     k->cap = cap;
+    k->borrowed = false;
     return true;
 }
 
@@ -132,7 +135,8 @@ static uint64_t hash_words(const int64_t *w, size_t n)
     return mix(mix(mix(h[0], h[1]), h[2]), h[3]);
 }
 
-bool fus_key_make(ir_record *const *recs, int n, const bool *needed_outside, const fus_options *opt, fus_key *k)
+bool fus_key_make(ir_record *const *recs, int n, const bool *needed_outside, const fus_options *opt, fus_key *k,
+                  int64_t *buf, size_t buf_cap)
 {
     memset(k, 0, sizeof *k);
     if (n > CACHE_MAX_RECORDS)
@@ -143,9 +147,12 @@ bool fus_key_make(ir_record *const *recs, int n, const bool *needed_outside, con
         n_ops += recs[r]->n_in;
         words += record_words(recs[r]);
     }
-    fus_pmap m = {0};
-    /* allocated once: growing by doubling cost a flush of small ops reallocs and copies */
-    bool ok = reserve(k, words) && fus_pmap_init(&m, n + n_ops);
+    if (buf && words <= buf_cap)
+        *k = (fus_key){.words = buf, .cap = buf_cap, .borrowed = true};
+    fus_pmap m;
+    /* room for every word at once: growing by doubling cost a flush of small ops reallocs and
+     * copies */
+    bool ok = fus_pmap_init(&m, n + n_ops) && reserve(k, words);
     ok = ok && push(k, KEY_VERSION) && push(k, n) && push(k, !opt || opt->fuse) &&
          push(k, opt ? opt->max_insts : 0) && push(k, opt ? opt->max_inputs : 0);
     int n_ext = 0;
@@ -162,7 +169,8 @@ bool fus_key_make(ir_record *const *recs, int n, const bool *needed_outside, con
 
 void fus_key_free(fus_key *k)
 {
-    free(k->words);
+    if (!k->borrowed)
+        free(k->words);
     memset(k, 0, sizeof *k);
 }
 

@@ -115,10 +115,14 @@ burnc_status_t fus_lower(const fus_ctx *c, const fus_domain *d, const int *membe
                          fus_group *out, fus_group_src *src, char *err, size_t err_cap);
 
 /* ---- Storages to integers (ptrmap.c) ----------------------------------------------------- */
+enum { FUS_PMAP_SMALL = 128 };
 typedef struct fus_pmap {
     const struct rt_storage **keys;
     int *vals;
     size_t mask;
+    /* a small batch's map, allocated with the map: a loop's flush keys its batch with one */
+    const struct rt_storage *small_keys[FUS_PMAP_SMALL];
+    int small_vals[FUS_PMAP_SMALL];
 } fus_pmap;
 
 bool fus_pmap_init(fus_pmap *m, int n); /* room for n entries; false when out of memory */
@@ -133,10 +137,13 @@ int fus_pmap_get(const fus_pmap *m, const struct rt_storage *k); /* -1 when abse
 typedef struct fus_key {
     int64_t *words;
     size_t n, cap;
+    bool borrowed; /* words is fus_key_make's buf: not freed */
 } fus_key;
 
-/* false when out of memory or the batch is too large to be worth caching. */
-bool fus_key_make(ir_record *const *recs, int n, const bool *needed_outside, const fus_options *opt, fus_key *k);
+/* false when out of memory or the batch is too large to be worth caching. The words go in buf
+ * (buf_cap words, may be NULL) when they fit: a loop's flush allocates nothing for its key. */
+bool fus_key_make(ir_record *const *recs, int n, const bool *needed_outside, const fus_options *opt, fus_key *k,
+                  int64_t *buf, size_t buf_cap);
 void fus_key_free(fus_key *k);
 /* On a hit fills `out` for this batch's records and returns true. */
 bool fus_cache_lookup(const fus_key *k, ir_record *const *recs, fus_plan *out);

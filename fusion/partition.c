@@ -28,6 +28,7 @@ enum {
     DEFAULT_MAX_INSTS = 2048, /* compile time grows with kernel size (a new chain: <= 20 ms) */
     SIBLING_WINDOW = 8, /* how many recent unrelated groups a record may join */
     CHEAP_INSTS = 10,   /* an op this small is recomputed rather than stored and cut */
+    KEY_WORDS_ON_STACK = 512, /* the plan cache key of a batch of about 25 element-wise ops */
 };
 
 typedef struct pgroup {
@@ -793,7 +794,8 @@ burnc_status_t fus_partition(ir_record *const *recs, int n, const bool *needed_o
         return BURNC_ERR_INTERNAL;
     }
     fus_key key;
-    bool cacheable = fus_key_make(recs, n, needed_outside, opt, &key);
+    int64_t key_buf[KEY_WORDS_ON_STACK];
+    bool cacheable = fus_key_make(recs, n, needed_outside, opt, &key, key_buf, KEY_WORDS_ON_STACK);
     if (cacheable && fus_cache_lookup(&key, recs, out)) {
         fus_key_free(&key);
         return BURNC_OK;

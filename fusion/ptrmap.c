@@ -1,6 +1,7 @@
 /* A small open-addressing map from storage addresses to integers: which record writes a
  * storage, which operands share one. Sized once for the batch; never grows. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -18,16 +19,24 @@ bool fus_pmap_init(fus_pmap *m, int n)
     size_t cap = 16;
     while (cap < (size_t)(n > 0 ? n : 0) * 2)
         cap *= 2;
+    m->mask = cap - 1;
+    if (cap <= FUS_PMAP_SMALL) {
+        m->keys = m->small_keys;
+        m->vals = m->small_vals;
+        memset(m->keys, 0, cap * sizeof *m->keys);
+        return true;
+    }
     m->keys = calloc(cap, sizeof *m->keys);
     m->vals = malloc(cap * sizeof *m->vals);
-    m->mask = cap - 1;
     return m->keys && m->vals;
 }
 
 void fus_pmap_free(fus_pmap *m)
 {
-    free(m->keys);
-    free(m->vals);
+    if (m->keys != m->small_keys) {
+        free(m->keys);
+        free(m->vals);
+    }
     m->keys = NULL;
     m->vals = NULL;
 }
