@@ -91,12 +91,11 @@ static int64_t storage_word(fus_pmap *m, const struct rt_storage *st, int *n_ext
     return v;
 }
 
-/* Written through a pointer into reserved room: a checked push per word was most of the
- * cost of keying a flush of small ops. */
-static bool push_record(fus_key *k, const ir_record *r, bool needed, fus_pmap *m, int *n_ext)
+/* Written through a pointer into the room fus_key_make reserved for every record's words: a
+ * checked push per word (or a count and check per record) was most of the cost of keying a
+ * flush of small ops. */
+static void push_record(fus_key *k, const ir_record *r, bool needed, fus_pmap *m, int *n_ext)
 {
-    if (!reserve(k, record_words(r)))
-        return false;
     int64_t *w = k->words + k->n;
     *w++ = r->op, *w++ = r->flags, *w++ = r->dtype, *w++ = r->compute, *w++ = r->n_in, *w++ = r->out_rank;
     for (int d = 0; d < r->out_rank; d++)
@@ -111,7 +110,6 @@ static bool push_record(fus_key *k, const ir_record *r, bool needed, fus_pmap *m
             *w++ = v->strides[d];
     }
     k->n = (size_t)(w - k->words);
-    return true;
 }
 
 static uint64_t mix(uint64_t h, uint64_t w)
@@ -157,7 +155,7 @@ bool fus_key_make(ir_record *const *recs, int n, const bool *needed_outside, con
          push(k, opt ? opt->max_insts : 0) && push(k, opt ? opt->max_inputs : 0);
     int n_ext = 0;
     for (int r = 0; ok && r < n; r++) {
-        ok = push_record(k, recs[r], !needed_outside || needed_outside[r], &m, &n_ext);
+        push_record(k, recs[r], !needed_outside || needed_outside[r], &m, &n_ext);
         if (recs[r]->out)
             fus_pmap_put(&m, recs[r]->out, r);
     }
