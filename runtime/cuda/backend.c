@@ -47,8 +47,7 @@ burnc_status_t cuda_wait_locked(rt_device *dev, const char *what)
 {
     cuda_device *cd = cuda_dev(dev);
     RT_TRY(cuda_batch_submit_locked(dev));
-    RT_TRY(cuda_check(dev, cd->cu->EventRecord(cd->done, cd->stream), what));
-    return cuda_check(dev, cd->cu->EventSynchronize(cd->done), what);
+    return cuda_check(dev, cd->cu->StreamSynchronize(cd->stream), what); /* one driver call, not an event's two */
 }
 
 /* ---- Enumerating and opening ---- */
@@ -102,8 +101,6 @@ static void cuda_close(rt_device *dev)
     cuda_kernel_cache_free(dev);
     if (cd->staging)
         cd->cu->MemFreeHost(cd->staging);
-    if (cd->done)
-        cd->cu->EventDestroy(cd->done);
     for (int i = 0; i < 2; i++)
         if (cd->timer[i])
             cd->cu->EventDestroy(cd->timer[i]);
@@ -174,8 +171,6 @@ static burnc_status_t cuda_open(rt_device *dev, int index)
         step = "cuCtxSetCurrent", r = cu->CtxSetCurrent(cd->ctx);
     if (r == CUDA_SUCCESS)
         step = "cuStreamCreate", r = cu->StreamCreate(&cd->stream, CU_STREAM_NON_BLOCKING);
-    if (r == CUDA_SUCCESS)
-        step = "cuEventCreate", r = cu->EventCreate(&cd->done, CU_EVENT_DISABLE_TIMING);
     if (r == CUDA_SUCCESS)
         step = "cuMemHostAlloc", r = cu->MemHostAlloc(&cd->staging, STAGING_BYTES, CU_MEMHOSTALLOC_PORTABLE);
     if (r == CUDA_SUCCESS && !(cd->plan = malloc(sizeof *cd->plan)))

@@ -193,7 +193,6 @@ typedef struct cuda_device {
     CUdevice device;
     CUcontext ctx;
     CUstream stream;
-    CUevent done;        /* recorded at sync */
     CUevent timer[2];    /* burnc_device_timer_start and _stop's marks (made at the first) */
     bool timer_armed;    /* timer[0] goes on the stream right before the next launch */
     int cc;              /* compute capability: 10 x major + minor */
