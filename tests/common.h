@@ -146,7 +146,9 @@ static inline double bt_timed_chain(burnc_device_t *dev, int k, int64_t n)
     burnc_tensor_t *t = bt_f32(dev, 1, &n, x);
     BT_ASSERT_OK(burnc_device_timer_start(dev));
     for (int i = 0; i < k; i++) {
-        burnc_tensor_t *y = BT_NOT_NULL(burnc_add_scalar(burnc_mul_scalar(t, 1.5), 1.0));
+        burnc_tensor_t *m = BT_NOT_NULL(burnc_mul_scalar(t, 1.5));
+        burnc_tensor_t *y = BT_NOT_NULL(burnc_add_scalar(m, 1.0));
+        burnc_tensor_release(m);
         burnc_tensor_release(t);
         t = y;
     }
