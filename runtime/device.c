@@ -348,6 +348,16 @@ burnc_status_t burnc_device_flush(burnc_device_t *dev)
     return rt_flush(dev);
 }
 
+/* s, or the execution error recorded since the last wait (taken: reported once); exec_lock held. */
+static burnc_status_t take_pending(rt_device *dev, burnc_status_t s)
+{
+    if (s == BURNC_OK && dev->pending_error != BURNC_OK) {
+        s = rt_fail(dev->pending_error, "%s", dev->pending_msg);
+        dev->pending_error = BURNC_OK;
+    }
+    return s;
+}
+
 burnc_status_t burnc_device_sync(burnc_device_t *dev)
 {
     CHECK_DEV(dev, "burnc_device_sync");
@@ -355,11 +365,7 @@ burnc_status_t burnc_device_sync(burnc_device_t *dev)
     if (s != BURNC_OK)
         return s;
     mtx_lock(&dev->exec_lock);
-    s = dev->be->sync(dev);
-    if (s == BURNC_OK && dev->pending_error != BURNC_OK) {
-        s = rt_fail(dev->pending_error, "%s", dev->pending_msg);
-        dev->pending_error = BURNC_OK;
-    }
+    s = take_pending(dev, dev->be->sync(dev));
     mtx_unlock(&dev->exec_lock);
     return s;
 }
@@ -400,10 +406,8 @@ static burnc_status_t timer(rt_device *dev, bool stop, double *seconds, const ch
     else
         s = dev->be->timer_mark(dev, stop, seconds);
     dev->timing = !stop && s == BURNC_OK;
-    if (stop && s == BURNC_OK && dev->pending_error != BURNC_OK) {
-        s = rt_fail(dev->pending_error, "%s", dev->pending_msg);
-        dev->pending_error = BURNC_OK;
-    }
+    if (stop)
+        s = take_pending(dev, s);
     mtx_unlock(&dev->exec_lock);
     return s;
 }
