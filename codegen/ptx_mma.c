@@ -39,7 +39,7 @@ typedef struct mg {
         LLVMValueRef bytes;        /* m/n-contiguous: the bytes of each chunk (m/n edge) */
         int rows_per, n, pitch;    /* rows between a thread's chunks; chunks per thread; pitch */
     } fc[2];
-    int esz, kstep, mi, ni, threads;
+    int esz, kstep, mi, ni, threads, n_acc;
 } mg;
 
 enum { P_A, P_B, P_C, P_M, P_N, P_K, P_ABS, P_ALD, P_BBS, P_BLD, P_CBS };
@@ -67,6 +67,18 @@ static void call0(mg *g, const char *name, LLVMValueRef *args, int n)
     cg_call_intrinsic(&g->e, name, NULL, 0, args, n);
 }
 
+/* Shared byte offset of 16-byte chunk c of stored row r in a warpgroup kernel's tile of `rows`
+ * rows: 128 bytes (8 chunks) of each row form a column block of rows * 128 bytes, the blocks
+ * one after another; within a block, chunk j of row r sits at position j ^ (r & 7), the
+ * 128-byte swizzle (ptx_mma.h). */
+static LLVMValueRef swizzled(mg *g, LLVMValueRef r, LLVMValueRef c, int rows)
+{
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef blk = LLVMBuildLShr(b, c, k64(g, 3), ""), j = LLVMBuildAnd(b, c, k64(g, 7), "");
+    LLVMValueRef x = LLVMBuildXor(b, j, LLVMBuildAnd(b, r, k64(g, 7), ""), "");
+    return add(g, mul(g, blk, k64(g, (int64_t)rows * 128)), add(g, mul(g, r, k64(g, 128)), mul(g, x, k64(g, 16))));
+}
+
 /* ---- Global -> shared: one stage of one operand ------------------------------------------
  * The stored tile has `rows` rows of `cols` elements (contiguous in memory, stride 1) at pitch
  * bytes in shared memory; global row r0 + i, element c0 + j lies at base + (r0+i)*ld + c0+j.
@@ -90,7 +102,8 @@ static void load_tile(mg *g, LLVMValueRef base, LLVMValueRef ld, LLVMValueRef r0
         LLVMValueRef ok = LLVMBuildICmp(b, LLVMIntSGT, bytes, k64(g, 0), "");
         LLVMValueRef eoff = LLVMBuildSelect(b, ok, add(g, mul(g, gr, ld), gc), k64(g, 0), "");
         LLVMValueRef src = LLVMBuildIntToPtr(b, add(g, base, mul(g, eoff, k64(g, g->esz))), g->t_gptr, "");
-        LLVMValueRef dst = sptr(g, add(g, soff, add(g, mul(g, r, k64(g, pitch)), mul(g, c, k64(g, 16)))));
+        LLVMValueRef dst = sptr(g, add(g, soff, g->s->wg ? swizzled(g, r, c, rows)
+                                                          : add(g, mul(g, r, k64(g, pitch)), mul(g, c, k64(g, 16)))));
         LLVMValueRef args[3] = {dst, src, LLVMBuildTrunc(b, bytes, g->e.t_i32, "")};
         call0(g, "llvm.nvvm.cp.async.cg.shared.global.16.s", args, 3);
     }
@@ -543,7 +556,9 @@ static void annotate(mg *g)
         annotate1(g, "minctasm", g->s->min_blocks);
 }
 
-static void build(mg *g)
+/* The entry, its parameters, the dynamic shared memory and the block's place in C (both
+ * kernels). */
+static void begin(mg *g)
 {
     const cg_mma_spec *s = g->s;
     LLVMBuilderRef b = g->e.b;
@@ -561,16 +576,12 @@ static void build(mg *g)
     LLVMSetAlignment(g->smem, 16);
 
     LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "entry"));
-    for (int i = 0; i < g->mi * g->ni * 4; i++) {
+    for (int i = 0; i < g->n_acc; i++) {
         g->acc[i] = LLVMBuildAlloca(b, g->e.t_f32, "");
         LLVMBuildStore(b, LLVMConstReal(g->e.t_f32, 0.0), g->acc[i]);
     }
-    LLVMValueRef kt_var = LLVMBuildAlloca(b, g->e.t_i64, "");
     g->tid = sreg(g, "tid.x");
     g->lane = LLVMBuildAnd(b, g->tid, k64(g, 31), "");
-    LLVMValueRef warp = LLVMBuildLShr(b, g->tid, k64(g, 5), "");
-    g->wm_off = mul(g, LLVMBuildUDiv(b, warp, k64(g, s->wn), ""), k64(g, s->bm / s->wm));
-    g->wn_off = mul(g, LLVMBuildURem(b, warp, k64(g, s->wn), ""), k64(g, s->bn / s->wn));
     /* Blocks start in launch order; taking them GROUP tile rows at a time, column by column,
      * keeps the B tiles that neighbouring blocks read in L2 while those rows pass */
     LLVMValueRef gx = sreg(g, "nctaid.x"), gy = sreg(g, "nctaid.y");
@@ -582,6 +593,17 @@ static void build(mg *g)
     g->row0 = mul(g, add(g, first, LLVMBuildURem(b, local, rows, "")), k64(g, s->bm));
     g->col0 = mul(g, LLVMBuildUDiv(b, local, rows, ""), k64(g, s->bn));
     g->batch = sreg(g, "ctaid.z");
+}
+
+static void build(mg *g)
+{
+    const cg_mma_spec *s = g->s;
+    LLVMBuilderRef b = g->e.b;
+    begin(g);
+    LLVMValueRef kt_var = LLVMBuildAlloca(b, g->e.t_i64, "");
+    LLVMValueRef warp = LLVMBuildLShr(b, g->tid, k64(g, 5), "");
+    g->wm_off = mul(g, LLVMBuildUDiv(b, warp, k64(g, s->wn), ""), k64(g, s->bm / s->wm));
+    g->wn_off = mul(g, LLVMBuildURem(b, warp, k64(g, s->wn), ""), k64(g, s->bn / s->wn));
     LLVMValueRef n_kt = LLVMBuildUDiv(b, add(g, g->p[P_K], k64(g, s->bk - 1)), k64(g, s->bk), "");
 
     for (int i = 0; s->pipe && i < n_frags(g); i++)
@@ -618,6 +640,219 @@ static void build(mg *g)
     LLVMBuildRetVoid(b);
 }
 
+/* ---- The warpgroup kernel (sm_90a) -------------------------------------------------------------
+ * LLVM 19 has no wgmma intrinsics: the instructions are inline asm. Each asm that touches the
+ * accumulators takes and gives back all it touches (tied operands), so nothing moves them
+ * while a wgmma is in flight. */
+
+static LLVMValueRef inline_asm(mg *g, LLVMTypeRef ret, const char *text, const char *cons, LLVMValueRef *args, int n)
+{
+    LLVMTypeRef at[MAX_ACC + 2];
+    for (int i = 0; i < n; i++)
+        at[i] = LLVMTypeOf(args[i]);
+    LLVMTypeRef ft = LLVMFunctionType(ret, at, (unsigned)n, 0);
+    LLVMValueRef f = LLVMGetInlineAsm(ft, text, strlen(text), cons, strlen(cons), 1, 0, LLVMInlineAsmDialectATT, 0);
+    return LLVMBuildCall2(g->e.b, ft, f, args, (unsigned)n, "");
+}
+
+static void asm_plain(mg *g, const char *text) { inline_asm(g, g->e.t_void, text, "~{memory}", NULL, 0); }
+
+/* text reads and writes acc[first .. first + count) as $0.. (their tied inputs are
+ * $count..), then reads the i64 operands extra as $(2 count).. */
+static void asm_acc(mg *g, const char *text, int first, int count, LLVMValueRef *extra, int n_extra)
+{
+    LLVMBuilderRef b = g->e.b;
+    char cons[MAX_ACC * 9 + 64];
+    size_t len = 0;
+    LLVMTypeRef ft[MAX_ACC];
+    LLVMValueRef args[MAX_ACC + 2];
+    for (int i = 0; i < count; i++)
+        len += (size_t)snprintf(cons + len, sizeof cons - len, "=f,");
+    for (int i = 0; i < count; i++)
+        len += (size_t)snprintf(cons + len, sizeof cons - len, "%d,", i);
+    for (int i = 0; i < n_extra; i++)
+        len += (size_t)snprintf(cons + len, sizeof cons - len, "l,");
+    snprintf(cons + len, sizeof cons - len, "~{memory}");
+    for (int i = 0; i < count; i++) {
+        ft[i] = g->e.t_f32;
+        args[i] = LLVMBuildLoad2(b, g->e.t_f32, g->acc[first + i], "");
+    }
+    for (int i = 0; i < n_extra; i++)
+        args[count + i] = extra[i];
+    LLVMValueRef r = inline_asm(g, LLVMStructTypeInContext(g->e.ctx, ft, (unsigned)count, 0), text, cons, args,
+                                count + n_extra);
+    for (int i = 0; i < count; i++)
+        LLVMBuildStore(b, LLVMBuildExtractValue(b, r, (unsigned)i, ""), g->acc[first + i]);
+}
+
+/* wgmma.wait_group n, holding every accumulator until then. */
+static void wg_wait(mg *g, int n)
+{
+    char text[64];
+    snprintf(text, sizeof text, "wgmma.wait_group.sync.aligned %d;", n);
+    asm_acc(g, text, 0, g->n_acc, NULL, 0);
+}
+
+/* One m64 x bn x kstep wgmma into the accumulators of slab `slab`, operands named by the
+ * shared-memory descriptors da and db. */
+static void wg_mma(mg *g, int slab, LLVMValueRef da, LLVMValueRef db)
+{
+    const cg_mma_spec *s = g->s;
+    int n = s->bn / 2;
+    char text[MAX_ACC * 6 + 200];
+    static const char *names[] = {"f16", "bf16", "tf32"};
+    size_t len = (size_t)snprintf(text, sizeof text, "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s {", s->bn,
+                                  g->kstep, names[s->type], names[s->type]);
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s$%d", i ? ", " : "", i);
+    if (s->type == CG_MMA_TF32)
+        snprintf(text + len, sizeof text - len, "}, $%d, $%d, 1, 1, 1;", 2 * n, 2 * n + 1);
+    else /* imm-trans: an operand stored with m or n contiguous */
+        snprintf(text + len, sizeof text - len, "}, $%d, $%d, 1, 1, 1, %d, %d;", 2 * n, 2 * n + 1, s->a_mmajor,
+                 !s->b_kmajor);
+    LLVMValueRef d[2] = {da, db};
+    asm_acc(g, text, slab * n, n, d, 2);
+}
+
+/* A wgmma shared-memory descriptor (128-byte swizzle) of the tile at shared address addr
+ * (i64), with leading and stride byte offsets lbo and sbo. */
+static LLVMValueRef wg_desc(mg *g, LLVMValueRef addr, int lbo, int sbo)
+{
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef lo = LLVMBuildLShr(b, LLVMBuildAnd(b, addr, k64(g, 0x3ffff), ""), k64(g, 4), "");
+    uint64_t hi = (uint64_t)((lbo >> 4) & 0x3fff) << 16 | (uint64_t)((sbo >> 4) & 0x3fff) << 32 | 1ull << 62;
+    return LLVMBuildOr(b, lo, LLVMConstInt(g->e.t_i64, hi, 0), "");
+}
+
+/* The operands' layouts in a stage (ptx_mma.h): a k-major operand is rows of 128 bytes of k,
+ * eight rows a 1024-byte swizzle atom, so a k-step moves 32 bytes inside the rows and the next
+ * 8 rows of m or n lie 1024 bytes on (sbo); an m- or n-major one is column blocks of 64
+ * elements by bk rows of k, so a k-step moves 16 rows (2048 bytes), the next 8 rows of k lie
+ * 1024 bytes on (sbo) and the next column block bk * 128 bytes on (lbo). */
+static void build_wg(mg *g)
+{
+    const cg_mma_spec *s = g->s;
+    LLVMBuilderRef b = g->e.b;
+    int wgs = s->wm / 4, slab_rows = s->bm / wgs, slabs = slab_rows / 64, S = s->stages;
+    int sbytes = cg_mma_a_bytes(s) + cg_mma_b_bytes(s), blk = s->bk * 128;
+    begin(g);
+    LLVMValueRef kt_var = LLVMBuildAlloca(b, g->e.t_i64, "");
+    LLVMValueRef warp = LLVMBuildLShr(b, g->tid, k64(g, 5), "");
+    LLVMValueRef wgi = LLVMBuildLShr(b, warp, k64(g, 2), ""), wq = LLVMBuildAnd(b, warp, k64(g, 3), "");
+    LLVMValueRef n_kt = LLVMBuildUDiv(b, add(g, g->p[P_K], k64(g, s->bk - 1)), k64(g, s->bk), "");
+    LLVMValueRef raw = LLVMBuildPtrToInt(b, g->smem, g->e.t_i64, "");
+    LLVMValueRef base = LLVMBuildSub(b, LLVMBuildAnd(b, add(g, raw, k64(g, 1023)), k64(g, -1024), ""), raw, "");
+    for (int st = 0; st < S - 2; st++)
+        load_stage(g, k64(g, st), add(g, base, k64(g, (int64_t)st * sbytes)));
+    /* stage 0's descriptors; a stage and a k-step add whole multiples of 16 bytes to them */
+    LLVMValueRef da[4], sa = add(g, raw, base);
+    for (int i = 0; i < slabs; i++) {
+        LLVMValueRef row = add(g, mul(g, wgi, k64(g, slab_rows)), k64(g, i * 64));
+        LLVMValueRef off = s->a_mmajor ? mul(g, LLVMBuildLShr(b, row, k64(g, 6), ""), k64(g, blk))
+                                       : mul(g, row, k64(g, 128));
+        da[i] = wg_desc(g, add(g, sa, off), s->a_mmajor ? blk : 16, 1024);
+    }
+    LLVMValueRef db = wg_desc(g, add(g, sa, k64(g, cg_mma_a_bytes(s))), s->b_kmajor ? 16 : blk, 1024);
+    int astep = s->a_mmajor ? 2048 : 32, bstep = s->b_kmajor ? 32 : 2048;
+
+    LLVMBuildStore(b, k64(g, 0), kt_var);
+    LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "kt");
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "kt.body");
+    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "kt.done");
+    LLVMBuildBr(b, head);
+    LLVMPositionBuilderAtEnd(b, head);
+    LLVMValueRef kt = LLVMBuildLoad2(b, g->e.t_i64, kt_var, "");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, kt, n_kt, ""), body, done);
+    LLVMPositionBuilderAtEnd(b, body);
+    LLVMValueRef wait = k32(g, S - 3);
+    call0(g, "llvm.nvvm.cp.async.wait.group", &wait, 1);
+    asm_plain(g, "fence.proxy.async.shared::cta;"); /* the copies, seen by the tensor cores */
+    call0(g, "llvm.nvvm.barrier0", NULL, 0);
+    LLVMValueRef so = mul(g, LLVMBuildURem(b, kt, k64(g, S), ""), k64(g, sbytes / 16));
+    asm_plain(g, "wgmma.fence.sync.aligned;");
+    for (int ks = 0; ks < s->bk / g->kstep; ks++)
+        for (int i = 0; i < slabs; i++)
+            wg_mma(g, i, add(g, da[i], add(g, so, k64(g, ks * astep / 16))),
+                   add(g, db, add(g, so, k64(g, ks * bstep / 16))));
+    asm_plain(g, "wgmma.commit_group.sync.aligned;");
+    LLVMValueRef nk = add(g, kt, k64(g, S - 2));
+    load_stage(g, nk, add(g, base, mul(g, LLVMBuildURem(b, nk, k64(g, S), ""), k64(g, sbytes))));
+    wg_wait(g, 1);
+    LLVMBuildStore(b, add(g, kt, k64(g, 1)), kt_var);
+    LLVMBuildBr(b, head);
+    LLVMPositionBuilderAtEnd(b, done);
+    wg_wait(g, 0);
+    call0(g, "llvm.nvvm.cp.async.wait.all", NULL, 0);
+
+    /* slab i's m64 x bn accumulators: warp wq of the warpgroup holds rows 16 wq .. 16 wq + 15,
+     * in mma.sync's 16 x 8 order for each 8 columns */
+    LLVMValueRef gid = LLVMBuildLShr(b, g->lane, k64(g, 2), ""), tig = LLVMBuildAnd(b, g->lane, k64(g, 3), "");
+    LLVMValueRef r0 = add(g, add(g, g->row0, mul(g, wgi, k64(g, slab_rows))), add(g, mul(g, wq, k64(g, 16)), gid));
+    LLVMValueRef c0 = add(g, g->col0, mul(g, tig, k64(g, 2)));
+    for (int i = 0; i < slabs; i++)
+        for (int j = 0; j < s->bn / 8; j++)
+            for (int h = 0; h < 4; h += 2) {
+                int a = i * (s->bn / 2) + j * 4 + h;
+                store_pair(g, add(g, r0, k64(g, i * 64 + (h >> 1) * 8)), add(g, c0, k64(g, j * 8)),
+                           LLVMBuildLoad2(b, g->e.t_f32, g->acc[a], ""),
+                           LLVMBuildLoad2(b, g->e.t_f32, g->acc[a + 1], ""));
+            }
+    LLVMBuildRetVoid(b);
+}
+
+/* The transpose entry (ptx_mma.h): 32 x 32 tiles through shared memory, rows padded by one
+ * word so that both the reads along a row and along a column of the tile hit distinct banks. */
+static void build_transpose(mg *g)
+{
+    LLVMBuilderRef b = g->e.b;
+    LLVMTypeRef pt[CG_MMA_T_N_PARAMS];
+    for (int i = 0; i < CG_MMA_T_N_PARAMS; i++)
+        pt[i] = g->e.t_i64;
+    g->fn = LLVMAddFunction(g->e.mod, CG_MMA_TRANSPOSE_ENTRY,
+                            LLVMFunctionType(g->e.t_void, pt, CG_MMA_T_N_PARAMS, 0));
+    LLVMSetFunctionCallConv(g->fn, LLVMPTXKernelCallConv);
+    annotate1(g, "maxntidx", 32);
+    annotate1(g, "maxntidy", 8);
+    LLVMValueRef p[CG_MMA_T_N_PARAMS];
+    for (int i = 0; i < CG_MMA_T_N_PARAMS; i++)
+        p[i] = LLVMGetParam(g->fn, (unsigned)i);
+    LLVMTypeRef tt = LLVMArrayType2(g->e.t_f32, 32 * 33);
+    LLVMValueRef tile = LLVMAddGlobalInAddressSpace(g->e.mod, tt, "burnc_mma_t_tile", 3);
+    LLVMSetLinkage(tile, LLVMInternalLinkage);
+    LLVMSetInitializer(tile, LLVMGetUndef(tt));
+    LLVMSetAlignment(tile, 4);
+    LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "entry"));
+    LLVMValueRef tx = sreg(g, "tid.x"), ty = sreg(g, "tid.y"), z = sreg(g, "ctaid.z");
+    LLVMValueRef x0 = mul(g, sreg(g, "ctaid.x"), k64(g, 32)), y0 = mul(g, sreg(g, "ctaid.y"), k64(g, 32));
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < 4; i++) {
+            LLVMValueRef u = add(g, ty, k64(g, i * 8)); /* the tile row this thread visits */
+            /* pass 0 reads source row y0 + u at column x0 + tx; pass 1 writes destination row
+             * x0 + u (a source column) at column y0 + tx (a source row) */
+            LLVMValueRef r = pass ? add(g, y0, tx) : add(g, y0, u), c = pass ? add(g, x0, u) : add(g, x0, tx);
+            LLVMValueRef in = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSLT, r, p[2], ""),
+                                           LLVMBuildICmp(b, LLVMIntSLT, c, p[3], ""), "");
+            LLVMBasicBlockRef yes = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "t");
+            LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "t.next");
+            LLVMBuildCondBr(b, in, yes, next);
+            LLVMPositionBuilderAtEnd(b, yes);
+            LLVMValueRef slot = pass ? add(g, mul(g, tx, k64(g, 33)), u) : add(g, mul(g, u, k64(g, 33)), tx);
+            LLVMValueRef sp = LLVMBuildGEP2(b, g->e.t_f32, tile, &slot, 1, "");
+            LLVMValueRef e = pass ? add(g, mul(g, z, p[7]), add(g, mul(g, c, p[6]), r))
+                                  : add(g, mul(g, z, p[5]), add(g, mul(g, r, p[4]), c));
+            LLVMValueRef gp = LLVMBuildIntToPtr(b, add(g, p[pass ? 1 : 0], mul(g, e, k64(g, 4))), g->t_gptr, "");
+            LLVMValueRef v = LLVMBuildLoad2(b, g->e.t_f32, pass ? sp : gp, "");
+            LLVMSetAlignment(v, 4);
+            LLVMSetAlignment(LLVMBuildStore(b, v, pass ? gp : sp), 4);
+            LLVMBuildBr(b, next);
+            LLVMPositionBuilderAtEnd(b, next);
+        }
+        if (!pass)
+            call0(g, "llvm.nvvm.barrier0", NULL, 0);
+    }
+    LLVMBuildRetVoid(b);
+}
+
 /* ---- PTX ------------------------------------------------------------------------------------ */
 
 static pthread_once_t nvptx_once = PTHREAD_ONCE_INIT;
@@ -646,12 +881,13 @@ bool cg_llvm_compile_mma_ptx(const cg_mma_spec *s, char **ptx, size_t *ptx_size,
         return false;
     }
     /* the newest target LLVM 19 knows at or below s->sm; newer GPUs JIT it */
-    const char *cpu = s->sm >= 90 ? "sm_90" : s->sm >= 89 ? "sm_89" : s->sm >= 86 ? "sm_86" : "sm_80";
+    const char *cpu = s->wg ? "sm_90a" : s->sm >= 90 ? "sm_90" : s->sm >= 89 ? "sm_89" : s->sm >= 86 ? "sm_86" : "sm_80";
     LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, "nvptx64-nvidia-cuda", cpu, "+ptx85",
                                                       LLVMCodeGenLevelAggressive, LLVMRelocDefault,
                                                       LLVMCodeModelDefault);
     mg g = {.s = s, .esz = cg_mma_elem_bytes(s), .kstep = s->type == CG_MMA_TF32 ? 8 : 16,
-            .mi = s->bm / s->wm / 16, .ni = s->bn / s->wn / 8, .threads = s->wm * s->wn * 32};
+            .mi = s->bm / s->wm / 16, .ni = s->bn / s->wn / 8, .threads = cg_mma_threads(s)};
+    g.n_acc = s->wg ? s->bm / (s->wm / 4) / 64 * (s->bn / 2) : g.mi * g.ni * 4;
     g.e.ctx = LLVMContextCreate();
     g.e.mod = LLVMModuleCreateWithNameInContext("burnc_mma", g.e.ctx);
     g.e.b = LLVMCreateBuilderInContext(g.e.ctx);
@@ -663,7 +899,12 @@ bool cg_llvm_compile_mma_ptx(const cg_mma_spec *s, char **ptx, size_t *ptx_size,
     LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
     LLVMSetModuleDataLayout(g.e.mod, layout);
     LLVMDisposeTargetData(layout);
-    build(&g);
+    if (s->wg)
+        build_wg(&g);
+    else
+        build(&g);
+    if (s->wg && s->type == CG_MMA_TF32)
+        build_transpose(&g);
     bool ok = true;
     if (LLVMVerifyModule(g.e.mod, LLVMReturnStatusAction, &msg))
         ok = cg_failf(err, cap, "compile_mma_ptx: invalid IR: %s", msg ? msg : "");

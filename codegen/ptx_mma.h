@@ -37,12 +37,32 @@ typedef struct cg_mma_spec {
     bool pipe;         /* load the next k-step's fragments during this one's mma (more registers) */
     bool a_mmajor;     /* A stored with m contiguous (a_rs == 1), else k contiguous */
     bool b_kmajor;     /* B stored with k contiguous (b_ks == 1), else n contiguous */
+    bool wg;           /* Hopper's warpgroup kernel (below), else mma.sync */
 } cg_mma_spec;
+
+/* The warpgroup kernel (wg, sm_90a only): wgmma.mma_async with both operands in shared memory,
+ * laid out in the 128-byte swizzle its descriptors name. wm counts warps along m in groups of
+ * four (a warpgroup owns bm / (wm / 4) rows, in slabs of 64, each slab one m64 x bn wgmma per
+ * k-step), wn is 1; bk holds 128 bytes of k, so a stored row along k is one swizzle row. An
+ * operand stored with m or n contiguous is read transposed by the tensor cores (imm-trans) for
+ * f16/bf16; wgmma has no transposed tf32, so the runtime first transposes such an operand with
+ * the module's second entry, CG_MMA_TRANSPOSE_ENTRY. The tensor cores read tf32 operands as
+ * they are, dropping the 13 low mantissa bits (mma.sync kernels round them with cvt.rna).
+ * Each K tile: wait for its copies, fence them to the async proxy, barrier, the wgmma of each
+ * k-step, commit, then the copies of tile kt + stages - 2 into the buffer of tile kt - 2,
+ * which every warpgroup finished with before this barrier (each keeps one K tile of wgmma in
+ * flight: wgmma.wait_group 1). */
+#define CG_MMA_TRANSPOSE_ENTRY "burnc_mma_t"
+enum { CG_MMA_T_N_PARAMS = 8 };
+/* The transpose: dst[b][c][r] = src[b][r][c] for r < rows, c < cols, each an i64 in this order:
+ * src, dst, rows, cols, src_ld, src_bs, dst_ld, dst_bs (4-byte elements). Grid (ceil(cols/32),
+ * ceil(rows/32), batch), block 32 x 8. */
 
 enum { CG_MMA_N_PARAMS = 11 };
 #define CG_MMA_ENTRY "burnc_mma"
 
 static inline int cg_mma_elem_bytes(const cg_mma_spec *s) { return s->type == CG_MMA_TF32 ? 4 : 2; }
+static inline int cg_mma_threads(const cg_mma_spec *s) { return s->wm * s->wn * 32; }
 
 /* The shared-memory pitch (bytes) of a stored tile row of `cols` elements. Padding keeps the
  * 8 rows one ldmatrix (or one warp's 32-bit fragment loads) reads in distinct banks: 16 bytes
@@ -57,15 +77,20 @@ static inline int cg_mma_pitch(const cg_mma_spec *s, int cols, bool k_contiguous
 /* Bytes of one stage's A and B tiles. */
 static inline int cg_mma_a_bytes(const cg_mma_spec *s)
 {
+    if (s->wg)
+        return s->bm * s->bk * cg_mma_elem_bytes(s);
     return s->a_mmajor ? s->bk * cg_mma_pitch(s, s->bm, false) : s->bm * cg_mma_pitch(s, s->bk, true);
 }
 static inline int cg_mma_b_bytes(const cg_mma_spec *s)
 {
+    if (s->wg)
+        return s->bn * s->bk * cg_mma_elem_bytes(s);
     return s->b_kmajor ? s->bn * cg_mma_pitch(s, s->bk, true) : s->bk * cg_mma_pitch(s, s->bn, false);
 }
 static inline uint32_t cg_mma_smem_bytes(const cg_mma_spec *s)
 {
-    return (uint32_t)(s->stages * (cg_mma_a_bytes(s) + cg_mma_b_bytes(s)));
+    /* the swizzle repeats every 1024 bytes of address: wg stages start there, 1 KB of slack */
+    return (uint32_t)(s->stages * (cg_mma_a_bytes(s) + cg_mma_b_bytes(s)) + (s->wg ? 1024 : 0));
 }
 
 /* Whether the generator accepts s (else the reason in why): tile sizes that split evenly into
@@ -84,12 +109,22 @@ static inline bool cg_mma_spec_valid(const cg_mma_spec *s, char *why, size_t cap
         bad = "warp tiles must be multiples of 16 x 16 and bk of two mma k-steps";
     else if ((s->bm / s->wm / 16) * (s->bn / s->wn / 8) > 64)
         bad = "the warp tile needs more accumulator registers than fit";
-    else if (s->stages < 2 || s->stages > 5)
+    else if (s->stages < 2 || s->stages > (s->wg ? 6 : 5))
         bad = "2 to 5 stages";
     else if (s->min_blocks < 0 || s->min_blocks > 4)
         bad = "0 to 4 blocks per SM";
     else if ((s->bm * s->bk * esz / 16) % threads || (s->bn * s->bk * esz / 16) % threads)
         bad = "a stage's 16-byte copies do not split evenly over the threads";
+    else if (s->wg && s->sm != 90)
+        bad = "wgmma is sm_90a's: a compute capability of exactly 9.0";
+    else if (s->wg && (s->wn != 1 || s->wm % 4 || s->bm % (16 * s->wm) || s->bk * esz != 128 || s->bn % 64 ||
+                       s->bn > 256 || s->stages < 3))
+        bad = "warpgroup tiles: whole warpgroups along m in slabs of 64 rows, bn a multiple of 64 up to 256, "
+              "128 bytes of k, 3 or more stages";
+    else if (s->wg && s->type == CG_MMA_TF32 && (s->a_mmajor || !s->b_kmajor))
+        bad = "wgmma reads tf32 operands only with k contiguous";
+    else if (s->wg && (s->bm / (s->wm / 4) / 64) * (s->bn / 2) > 128)
+        bad = "the warpgroup's accumulators need more registers than fit";
     if (bad && why && cap)
         snprintf(why, cap, "mma spec %dx%dx%d, %dx%d warps, %d stages: %s", s->bm, s->bn, s->bk, s->wm, s->wn,
                  s->stages, bad);
@@ -105,25 +140,35 @@ static inline bool cg_mma_spec_valid(const cg_mma_spec *s, char *why, size_t cap
 typedef struct cg_mma_tile {
     int bm, bn, bk, wm, wn, stages, min_blocks;
     bool pipe; /* on sm_90 for f16/bf16 only: elsewhere ptxas spills (tf32's single loads, sm_80) */
+    bool wg;   /* the warpgroup kernel: sm_90 only; bk is set by the type (128 bytes) */
 } cg_mma_tile;
 static const cg_mma_tile CG_MMA_TILES[] = {
-    {128, 128, 32, 2, 4, 4, 0, true},  /* 0: 8 warps of 64 x 32 */
-    {128, 256, 32, 2, 4, 3, 1, true},  /* 1: 8 warps of 64 x 64 */
-    {64, 64, 32, 2, 2, 4, 0, true},    /* 2: small problems: more blocks than SMs */
-    {256, 128, 32, 4, 2, 3, 1, true},  /* 3: 8 warps of 64 x 64, tall */
-    {128, 128, 32, 2, 2, 4, 2, true},  /* 4: 4 warps of 64 x 64, two blocks per SM */
-    {128, 256, 64, 2, 4, 3, 1, false}, /* 5: tile 1 with bk 64 */
-    {128, 256, 32, 2, 4, 4, 1, true},  /* 6: tile 1 with 4 stages */
-    {256, 128, 64, 4, 2, 3, 1, false}, /* 7: tile 3 with bk 64 */
+    {128, 128, 32, 2, 4, 4, 0, true, false}, /* 0: 8 warps of 64 x 32 */
+    {128, 256, 32, 2, 4, 3, 1, true, false}, /* 1: 8 warps of 64 x 64 */
+    {64, 64, 32, 2, 2, 4, 0, true, false},   /* 2: small problems: more blocks than SMs */
+    {256, 128, 32, 4, 2, 3, 1, true, false}, /* 3: 8 warps of 64 x 64, tall */
+    {128, 128, 32, 2, 2, 4, 2, true, false}, /* 4: 4 warps of 64 x 64, two blocks per SM */
+    {128, 256, 64, 2, 4, 3, 1, false, false}, /* 5: tile 1 with bk 64 */
+    {128, 256, 32, 2, 4, 4, 1, true, false}, /* 6: tile 1 with 4 stages */
+    {256, 128, 64, 4, 2, 3, 1, false, false}, /* 7: tile 3 with bk 64 */
+    {128, 256, 0, 8, 1, 4, 1, false, true},  /* 8: 2 warpgroups of 64 x 256 */
+    {128, 128, 0, 8, 1, 5, 1, false, true},  /* 9: 2 warpgroups of 64 x 128 */
+    {256, 128, 0, 8, 1, 4, 1, false, true},  /* 10: 2 warpgroups of 128 x 128 (two slabs each) */
+    {64, 128, 0, 4, 1, 4, 2, false, true},   /* 11: 1 warpgroup, two blocks per SM: small problems */
 };
 enum { CG_MMA_N_TILES = sizeof CG_MMA_TILES / sizeof CG_MMA_TILES[0] };
+
+/* Whether tile runs on sm (warpgroup tiles on sm_90 only). */
+static inline bool cg_mma_tile_ok(int sm, int tile) { return !CG_MMA_TILES[tile].wg || sm == 90; }
 
 static inline cg_mma_spec cg_mma_variant(int sm, int type, int tile, bool a_mmajor, bool b_kmajor)
 {
     const cg_mma_tile *t = &CG_MMA_TILES[tile];
-    cg_mma_spec s = {.sm = sm, .type = type, .bm = t->bm, .bn = t->bn, .bk = type == CG_MMA_TF32 ? 16 : t->bk,
-                     .wm = t->wm, .wn = t->wn, .stages = t->stages, .min_blocks = t->min_blocks,
-                     .pipe = t->pipe && type != CG_MMA_TF32 && sm >= 90, .a_mmajor = a_mmajor, .b_kmajor = b_kmajor};
+    int bk = t->wg ? (type == CG_MMA_TF32 ? 32 : 64) : type == CG_MMA_TF32 ? 16 : t->bk;
+    cg_mma_spec s = {.sm = sm, .type = type, .bm = t->bm, .bn = t->bn, .bk = bk, .wm = t->wm, .wn = t->wn,
+                     .stages = t->stages, .min_blocks = t->min_blocks,
+                     .pipe = t->pipe && type != CG_MMA_TF32 && sm >= 90, .a_mmajor = a_mmajor, .b_kmajor = b_kmajor,
+                     .wg = t->wg};
     return s;
 }
 

@@ -76,6 +76,9 @@ static float to_tf32(float f)
     return bits_f32((u + 0x1000) & 0xffffe000u);
 }
 
+/* What Hopper's wgmma does with a tf32 operand: keeps 10 mantissa bits, drops the rest. */
+static float to_tf32_truncated(float f) { return bits_f32(f32_bits(f) & 0xffffe000u); }
+
 /* A matrix in host memory as the device holds it (16-bit codes or f32), plus its values. */
 typedef struct hmat {
     burnc_dtype_t dt;
@@ -156,6 +159,13 @@ typedef struct mm_case {
     int tile; /* -1: the heuristic */
 } mm_case;
 
+/* Whether tile (-1: the heuristic's) runs as the warpgroup kernel on dev: on sm_90 only, where
+ * the heuristic always takes it. */
+static bool runs_wg(rt_device *rd, int tile)
+{
+    return cuda_dev(rd)->cc == 90 && (tile < 0 || CG_MMA_TILES[tile].wg);
+}
+
 static int64_t span(int64_t batch, int64_t bs, int64_t r, int64_t rs, int64_t c, int64_t cs)
 {
     return (batch - 1) * bs + (r - 1) * rs + (c - 1) * cs + 1;
@@ -171,6 +181,12 @@ static void run_case(burnc_device_t *dev, const mm_case *c, uint64_t seed)
     hmat_random(&a, c->dt, a_n, seed, c->tf32);
     hmat_random(&b, c->dt, b_n, seed + 7, c->tf32);
     int es = esize(c->dt);
+    if (c->tf32 && runs_wg(rt_dev(dev), c->tile)) /* the reference takes the operands as wgmma does */
+        for (int i = 0; i < a_n + b_n; i++) {
+            hmat *h = i < a_n ? &a : &b;
+            int64_t j = i < a_n ? i : i - a_n;
+            h->val[j] = to_tf32_truncated(((float *)h->raw)[j]);
+        }
     rt_buffer *da = dbuf(dev, a.raw, (size_t)a_n * es), *db = dbuf(dev, b.raw, (size_t)b_n * es);
     void *out = malloc((size_t)c_n * es);
     memset(out, 0xff, (size_t)c_n * es); /* NaN codes: an element never written fails */
@@ -234,6 +250,8 @@ Test(cuda_mma, square_every_tile_and_type)
     burnc_device_t *dev = open_gpu();
     for (int t = 0; t < 3; t++)
         for (int tile = 0; tile < CG_MMA_N_TILES; tile++) {
+            if (!cg_mma_tile_ok(cuda_dev(rt_dev(dev))->cc, tile))
+                continue; /* a warpgroup tile off sm_90 (the next test says so) */
             mm_case c = dense(TYPES[t], 256, 256, 256, 8, tile);
             run_case(dev, &c, 10 + (uint64_t)tile);
         }
@@ -253,6 +271,8 @@ Test(cuda_mma, odd_sizes_zero_filled_edges)
     for (int t = 0; t < 3; t++)
         for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
             for (int tile = 0; tile < CG_MMA_N_TILES; tile++) {
+                if (!cg_mma_tile_ok(cuda_dev(rt_dev(dev))->cc, tile))
+                    continue;
                 mm_case c = dense(TYPES[t], sizes[s][0], sizes[s][1], sizes[s][2], 8, tile);
                 run_case(dev, &c, 100 + s);
             }
@@ -284,6 +304,41 @@ Test(cuda_mma, transposed_and_batched_operands)
                 if (bcast)
                     c.b_bs = 0;
                 run_case(dev, &c, 1000 + (uint64_t)(lay * 2 + bcast));
+            }
+    bt_expect_usable(dev);
+    burnc_device_release(dev);
+    BT_LEAK_CHECK();
+}
+
+/* The warpgroup kernel (sm_90 only) in every storage order of A and B, each type and each of
+ * its tiles, batched with B broadcast in one and not the other; tf32 operands stored with m or n
+ * contiguous go through the transpose first (A's batch included, B's shared once). */
+Test(cuda_mma, warpgroup_every_layout)
+{
+    burnc_device_t *dev = open_gpu();
+    int cc = cuda_dev(rt_dev(dev))->cc;
+    if (cc != 90) {
+        burnc_device_release(dev);
+        cr_skip_test("cuda:0 is sm_%d: the warpgroup kernel (wgmma) is sm_90a's", cc);
+    }
+    int64_t m = 130, n = 200, k = 136, pm = 136, pn = 200, pk = 136;
+    for (int t = 0; t < 3; t++)
+        for (int lay = 0; lay < 4; lay++)
+            for (int tile = 0; tile < CG_MMA_N_TILES; tile++) {
+                if (!CG_MMA_TILES[tile].wg)
+                    continue;
+                int bcast = (tile + lay) & 1;
+                mm_case c = {.dt = TYPES[t], .tf32 = TYPES[t] == BURNC_DTYPE_F32, .batch = 2, .m = m, .n = n, .k = k,
+                             .tile = tile};
+                if (lay & 1)
+                    c.a_rs = 1, c.a_ks = pm, c.a_bs = k * pm;
+                else
+                    c.a_rs = pk, c.a_ks = 1, c.a_bs = m * pk;
+                if (lay & 2)
+                    c.b_ks = 1, c.b_cs = pk, c.b_bs = bcast ? 0 : n * pk;
+                else
+                    c.b_ks = pn, c.b_cs = 1, c.b_bs = bcast ? 0 : k * pn;
+                run_case(dev, &c, 3000 + (uint64_t)(t * 64 + lay * 16 + tile));
             }
     bt_expect_usable(dev);
     burnc_device_release(dev);
@@ -514,8 +569,9 @@ static const char *find_ptxas(void)
     return access(found, X_OK) == 0 ? found : NULL;
 }
 
-/* Assembles ptx for sm_<sm>; false with ptxas' output (with -v: registers, spills) in log. */
-static bool ptxas(const char *ptx, int sm, char *log, size_t cap)
+/* Assembles ptx for arch (sm_80, sm_90a...); false with ptxas' output (with -v: registers,
+ * spills) in log. */
+static bool ptxas(const char *ptx, const char *arch, char *log, size_t cap)
 {
     char dir[] = "/tmp/burnc-mma-XXXXXX";
     cr_assert(mkdtemp(dir));
@@ -525,7 +581,7 @@ static bool ptxas(const char *ptx, int sm, char *log, size_t cap)
     cr_assert(f);
     fputs(ptx, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "'%s' -v -arch=sm_%d -o %s/k.cubin %s 2>&1", find_ptxas(), sm, dir, src);
+    snprintf(cmd, sizeof cmd, "'%s' -v -arch=%s -o %s/k.cubin %s 2>&1", find_ptxas(), arch, dir, src);
     FILE *pp = popen(cmd, "r");
     cr_assert(pp);
     size_t n = fread(log, 1, cap - 1, pp);
@@ -534,6 +590,52 @@ static bool ptxas(const char *ptx, int sm, char *log, size_t cap)
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
     return rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0;
+}
+
+/* The warpgroup kernel's PTX: wgmma of the type and tile width, the copies fenced to the async
+ * proxy, one K tile of wgmma kept in flight, no mma.sync or ldmatrix; tf32 with the transpose. */
+static void expect_wg_ptx(const cg_mma_spec *s, const char *ptx, const char *what)
+{
+    static const char *names[] = {"f16", "bf16", "tf32"};
+    char want[128];
+    snprintf(want, sizeof want, "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s", s->bn,
+             s->type == CG_MMA_TF32 ? 8 : 16, names[s->type], names[s->type]);
+    cr_expect(strstr(ptx, want), "%s: no %s", what, want);
+    cr_expect(strstr(ptx, ".target sm_90a"), "%s: not built for sm_90a", what);
+    cr_expect(strstr(ptx, "fence.proxy.async.shared::cta"), "%s: copies not fenced to the async proxy", what);
+    cr_expect(strstr(ptx, "wgmma.wait_group.sync.aligned 1"), "%s: no wgmma kept in flight", what);
+    cr_expect(strstr(ptx, "cp.async.cg.shared.global"), "%s: no cp.async", what);
+    cr_expect(!strstr(ptx, "mma.sync") && !strstr(ptx, "ldmatrix"), "%s: mma.sync or ldmatrix in it", what);
+    cr_expect(!strstr(ptx, ".local"), "%s: a stack frame (accumulators not in registers)", what);
+    cr_expect(!strstr(ptx, ".entry " CG_MMA_TRANSPOSE_ENTRY) == (s->type != CG_MMA_TF32),
+              "%s: the transpose entry %s", what, s->type == CG_MMA_TF32 ? "missing" : "where no type needs it");
+}
+
+static void expect_mma_sync_ptx(int t, int tile, int lay, const char *ptx)
+{
+    static const char *names[] = {"f16", "bf16", "tf32"};
+    const char *what = t == CG_MMA_TF32 ? "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+                       : t == CG_MMA_BF16 ? "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+                                          : "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32";
+    cr_expect(strstr(ptx, what), "%s tile %d: no %s", names[t], tile, what);
+    cr_expect(strstr(ptx, "cp.async.cg.shared.global"), "%s tile %d: no cp.async", names[t], tile);
+    cr_expect(strstr(ptx, "cp.async.wait_group"), "%s tile %d: no wait_group", names[t], tile);
+    cr_expect(strstr(ptx, ".maxntid"), "%s tile %d: no .maxntid", names[t], tile);
+    cr_expect(!strstr(ptx, ".local"), "%s tile %d: a stack frame (accumulators not in registers)", names[t], tile);
+    if (t == CG_MMA_TF32) {
+        cr_expect(strstr(ptx, "cvt.rna.tf32.f32"), "tf32: inputs not rounded with cvt.rna");
+        /* ldmatrix moves 32-bit words only untransposed: for an operand whose k is contiguous */
+        bool k_contig = !(lay & 1) || (lay & 2);
+        cr_expect(!k_contig == !strstr(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"), "tf32 layout %d: ldmatrix %s",
+                  lay, k_contig ? "missing" : "where no operand has k contiguous");
+        cr_expect(!strstr(ptx, "ldmatrix.sync.aligned.m8n8.x4.trans"), "tf32 cannot use ldmatrix.trans");
+    } else {
+        bool trans = (lay & 1) || !(lay & 2); /* A m-major, or B n-major */
+        cr_expect(strstr(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16") || !(!(lay & 1) || (lay & 2)),
+                  "%s tile %d layout %d: no plain ldmatrix", names[t], tile, lay);
+        cr_expect(!trans == !strstr(ptx, "ldmatrix.sync.aligned.m8n8.x4.trans"), "%s tile %d layout %d: ldmatrix.trans %s",
+                  names[t], tile, lay, trans ? "missing" : "where no operand is transposed");
+    }
 }
 
 Test(cuda_mma, ptx_every_variant_assembles)
@@ -550,44 +652,28 @@ Test(cuda_mma, ptx_every_variant_assembles)
             for (int tile = 0; tile < CG_MMA_N_TILES; tile++)
                 for (int lay = 0; lay < 4; lay++) {
                     cg_mma_spec s = cg_mma_variant(sms[si], t, tile, lay & 1, lay & 2);
-                    char why[200], *ptx = NULL, err[512];
+                    char why[200], *ptx = NULL, err[512], what[96], arch[16];
                     size_t n = 0;
+                    snprintf(what, sizeof what, "%s tile %d layout %d sm_%d", names[t], tile, lay, sms[si]);
+                    if (!cg_mma_tile_ok(sms[si], tile) || (s.wg && t == CG_MMA_TF32 && ((lay & 1) || !(lay & 2)))) {
+                        /* a warpgroup tile off sm_90, or tf32 for wgmma with m or n contiguous */
+                        cr_expect(!cg_mma_spec_valid(&s, why, sizeof why), "%s: accepted", what);
+                        cr_expect(!api->compile_mma_ptx(&s, &ptx, &n, err, sizeof err) && !ptx, "%s: compiled", what);
+                        continue;
+                    }
                     cr_assert(cg_mma_spec_valid(&s, why, sizeof why), "%s", why);
                     cr_assert(api->compile_mma_ptx(&s, &ptx, &n, err, sizeof err), "%s", err);
                     cr_assert_eq(strlen(ptx), n);
-                    const char *what = t == CG_MMA_TF32 ? "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
-                                       : t == CG_MMA_BF16 ? "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-                                                          : "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32";
-                    cr_expect(strstr(ptx, what), "%s tile %d: no %s", names[t], tile, what);
-                    cr_expect(strstr(ptx, "cp.async.cg.shared.global"), "%s tile %d: no cp.async", names[t], tile);
-                    cr_expect(strstr(ptx, "cp.async.wait_group"), "%s tile %d: no wait_group", names[t], tile);
-                    cr_expect(strstr(ptx, ".maxntid"), "%s tile %d: no .maxntid", names[t], tile);
-                    cr_expect(!strstr(ptx, ".local"), "%s tile %d: a stack frame (accumulators not in registers)",
-                              names[t], tile);
-                    if (t == CG_MMA_TF32) {
-                        cr_expect(strstr(ptx, "cvt.rna.tf32.f32"), "tf32: inputs not rounded with cvt.rna");
-                        /* ldmatrix moves 32-bit words only untransposed: for an operand whose k is
-                         * contiguous */
-                        bool k_contig = !(lay & 1) || (lay & 2);
-                        cr_expect(!k_contig == !strstr(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16"),
-                                  "tf32 layout %d: ldmatrix %s", lay,
-                                  k_contig ? "missing" : "where no operand has k contiguous");
-                        cr_expect(!strstr(ptx, "ldmatrix.sync.aligned.m8n8.x4.trans"),
-                                  "tf32 cannot use ldmatrix.trans");
-                    } else {
-                        bool trans = (lay & 1) || !(lay & 2); /* A m-major, or B n-major */
-                        cr_expect(strstr(ptx, "ldmatrix.sync.aligned.m8n8.x4.shared.b16") || !(!(lay & 1) || (lay & 2)),
-                                  "%s tile %d layout %d: no plain ldmatrix", names[t], tile, lay);
-                        cr_expect(!trans == !strstr(ptx, "ldmatrix.sync.aligned.m8n8.x4.trans"),
-                                  "%s tile %d layout %d: ldmatrix.trans %s", names[t], tile, lay,
-                                  trans ? "missing" : "where no operand is transposed");
-                    }
+                    if (s.wg)
+                        expect_wg_ptx(&s, ptx, what);
+                    else
+                        expect_mma_sync_ptx(t, tile, lay, ptx);
                     if (as) {
-                        bool ok = ptxas(ptx, sms[si], log, sizeof log);
-                        cr_expect(ok, "ptxas -arch=sm_%d rejects %s tile %d layout %d:\n%s", sms[si], names[t], tile,
-                                  lay, log);
-                        cr_expect(strstr(log, " 0 bytes spill stores"), "%s tile %d layout %d spills:\n%s", names[t],
-                                  tile, lay, log);
+                        snprintf(arch, sizeof arch, "sm_%d%s", sms[si], s.wg ? "a" : "");
+                        bool ok = ptxas(ptx, arch, log, sizeof log);
+                        cr_expect(ok, "ptxas -arch=%s rejects %s:\n%s", arch, what, log);
+                        cr_expect(strstr(log, " 0 bytes spill stores"), "%s spills:\n%s", what, log);
+                        cr_expect(!strstr(log, "warning"), "%s: ptxas warns (a serialized wgmma?):\n%s", what, log);
                     }
                     free(ptx);
                 }
@@ -611,5 +697,11 @@ Test(cuda_mma, ptx_bad_specs_refused)
     s.stages = 9;
     cr_assert(!api->compile_mma_ptx(&s, &ptx, &n, err, sizeof err));
     cr_expect(strstr(err, "stages"), "message: %s", err);
+    s = cg_mma_variant(80, CG_MMA_BF16, 8, false, false); /* a warpgroup tile off sm_90 */
+    cr_assert(!api->compile_mma_ptx(&s, &ptx, &n, err, sizeof err));
+    cr_expect(strstr(err, "9.0"), "message: %s", err);
+    s = cg_mma_variant(90, CG_MMA_TF32, 8, false, false); /* tf32 B with n contiguous */
+    cr_assert(!api->compile_mma_ptx(&s, &ptx, &n, err, sizeof err));
+    cr_expect(strstr(err, "k contiguous"), "message: %s", err);
     BT_LEAK_CHECK();
 }

@@ -25,6 +25,7 @@ typedef struct mma_kernel {
     char key[96]; /* describe()'s text of the spec */
     CUmodule module;
     CUfunction fn;
+    CUfunction transpose; /* warpgroup tf32 modules: CG_MMA_TRANSPOSE_ENTRY, else NULL */
 } mma_kernel;
 
 typedef struct cuda_mma_cache {
@@ -83,13 +84,13 @@ int cuda_test_mma_builds(rt_device *dev)
 
 /* The generator's revision leads the text, which keys the disk cache too: PTX or a cubin
  * cached by an older generator is never loaded for a newer one. */
-enum { GENERATOR_REV = 2 };
+enum { GENERATOR_REV = 3 };
 static void describe(const cg_mma_spec *s, char *out, size_t cap)
 {
     static const char *types[] = {"f16", "bf16", "tf32"};
-    snprintf(out, cap, "mma r%d %s sm_%d %dx%dx%d w%dx%d s%d c%d p%d a%s b%s", GENERATOR_REV, types[s->type], s->sm,
+    snprintf(out, cap, "mma r%d %s sm_%d %dx%dx%d w%dx%d s%d c%d p%d a%s b%s%s", GENERATOR_REV, types[s->type], s->sm,
              s->bm, s->bn, s->bk, s->wm, s->wn, s->stages, s->min_blocks, s->pipe, s->a_mmajor ? "m" : "k",
-             s->b_kmajor ? "k" : "n");
+             s->b_kmajor ? "k" : "n", s->wg ? " wg" : "");
 }
 
 /* ---- Building a kernel ---- */
@@ -170,6 +171,9 @@ static burnc_status_t build(rt_device *dev, cuda_mma_cache *c, const cg_mma_spec
     uint32_t smem = cg_mma_smem_bytes(s);
     burnc_status_t st = cuda_check(dev, cd->cu->ModuleGetFunction(&out->fn, out->module, CG_MMA_ENTRY),
                                    "burnc_matmul: cuModuleGetFunction");
+    if (st == BURNC_OK && s->wg && s->type == CG_MMA_TF32)
+        st = cuda_check(dev, cd->cu->ModuleGetFunction(&out->transpose, out->module, CG_MMA_TRANSPOSE_ENTRY),
+                        "burnc_matmul: cuModuleGetFunction (transpose)");
     if (st == BURNC_OK && smem > DEFAULT_SMEM)
         st = cuda_check(dev, cd->cu->FuncSetAttribute(out->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
                         "burnc_matmul: cuFuncSetAttribute (dynamic shared memory)");
@@ -184,7 +188,7 @@ static burnc_status_t build(rt_device *dev, cuda_mma_cache *c, const cg_mma_spec
     return BURNC_OK;
 }
 
-static burnc_status_t kernel_of(rt_device *dev, const cg_mma_spec *s, CUfunction *fn)
+static burnc_status_t kernel_of(rt_device *dev, const cg_mma_spec *s, mma_kernel *fn)
 {
     cuda_mma_cache *c = cache_of(dev);
     if (!c)
@@ -194,7 +198,7 @@ static burnc_status_t kernel_of(rt_device *dev, const cg_mma_spec *s, CUfunction
     mtx_lock(&c->lock);
     for (int i = 0; i < c->n; i++)
         if (strcmp(c->k[i].key, name) == 0) {
-            *fn = c->k[i].fn;
+            *fn = c->k[i];
             mtx_unlock(&c->lock);
             return BURNC_OK;
         }
@@ -211,7 +215,7 @@ static burnc_status_t kernel_of(rt_device *dev, const cg_mma_spec *s, CUfunction
     if (keep)
         c->k[found = c->n++] = k;
     if (found >= 0)
-        *fn = c->k[found].fn;
+        *fn = c->k[found];
     mtx_unlock(&c->lock);
     if (!keep)
         cuda_dev(dev)->cu->ModuleUnload(k.module);
@@ -242,20 +246,27 @@ static bool layout(int64_t rows, int64_t k, int64_t rs, int64_t ks, bool *kmaj, 
 static int choose_tile(rt_device *dev, const cuda_mm_problem *p)
 {
     cuda_mma_cache *c = cache_of(dev);
-    int forced = c ? atomic_load(&c->forced) : -1;
-    if (forced >= 0)
-        return forced;
+    int cc = cuda_dev(dev)->cc, forced = c ? atomic_load(&c->forced) : -1;
     const char *env = getenv("BURNC_CUDA_MMA_TILE");
-    if (env && env[0] >= '0' && env[0] < '0' + CG_MMA_N_TILES && !env[1])
-        return env[0] - '0';
+    if (forced < 0 && env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        forced = !*end && v >= 0 && v < CG_MMA_N_TILES ? (int)v : -1;
+    }
+    if (forced >= 0 && cg_mma_tile_ok(cc, forced))
+        return forced;
+    int sms = cuda_dev(dev)->sms;
+    int64_t tiles = p->batch * ((p->m + 127) / 128) * ((p->n + 127) / 128);
+    int64_t wide = p->batch * ((p->m + 127) / 128) * ((p->n + 255) / 256);
+    /* sm_90: the warpgroup kernel; 128 x 256 tiles where they fill the SMs, else 128 x 128,
+     * else a warpgroup's 64 x 128 (two blocks per SM) */
+    if (cc == 90)
+        return wide >= sms ? 8 : tiles >= sms ? 9 : 11;
     /* 64 x 64 warp tiles read shared memory least per mma; tile 4's blocks of 4 such warps run
      * two per SM, so one block's barrier and copies hide behind the other's mma. Fewer
      * 128 x 128 tiles than SMs leaves SMs idle: 64 x 64 ones. For f16/bf16 with enough work,
      * tile 5 (128 x 256 x 64): on the H200 it measured 338 and 361 TFLOP/s at 4096^3 and 8192^3
-     * against tile 4's 324 and 357 and tile 1's 311 and 330 (bf16). */
-    int sms = cuda_dev(dev)->sms;
-    int64_t tiles = p->batch * ((p->m + 127) / 128) * ((p->n + 127) / 128);
-    int64_t wide = p->batch * ((p->m + 127) / 128) * ((p->n + 255) / 256);
+     * against tile 4's 324 and 357 and tile 1's 311 and 330 (bf16), before sm_90 took wgmma. */
     if (p->dt != BURNC_DTYPE_F32 && wide >= sms)
         return 5;
     return tiles < sms ? 2 : 4;
@@ -279,6 +290,27 @@ bool cuda_mma_dtype_ok(rt_device *dev, burnc_dtype_t dt, bool allow_tf32)
            (dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16 || (dt == BURNC_DTYPE_F32 && allow_tf32));
 }
 
+/* A tf32 operand for the warpgroup kernel, which reads k-contiguous ones only: the one stored
+ * as `rows` rows of `cols` (k) elements at ld apart, batch stride bs, copied transposed into a
+ * pool buffer *out with rows of cols rounded up to 4 elements (16 bytes); *ld_out and *bs_out
+ * its strides. The caller holds the device's lock. */
+static burnc_status_t transpose_into(rt_device *dev, CUfunction fn, CUdeviceptr src, int64_t rows, int64_t cols,
+                                     int64_t ld, int64_t bs, int64_t batch, rt_buffer **out, int64_t *ld_out,
+                                     int64_t *bs_out)
+{
+    int64_t dld = (rows + 3) / 4 * 4, nb = bs == 0 ? 1 : batch;
+    *ld_out = dld, *bs_out = bs == 0 ? 0 : cols * dld;
+    RT_TRY(rt_pool_alloc(dev, (size_t)(nb * cols * dld) * 4, out));
+    uint64_t w[CG_MMA_T_N_PARAMS] = {src, cuda_ptr(*out), (uint64_t)rows, (uint64_t)cols, (uint64_t)ld,
+                                      (uint64_t)bs, (uint64_t)dld, (uint64_t)(cols * dld)};
+    void *params[CG_MMA_T_N_PARAMS];
+    for (int i = 0; i < CG_MMA_T_N_PARAMS; i++)
+        params[i] = &w[i];
+    return cuda_launch_fn(dev, fn, (uint32_t[3]){(uint32_t)((cols + 31) / 32), (uint32_t)((rows + 31) / 32), (uint32_t)nb},
+                          (uint32_t[3]){32, 8, 1}, 0, params, NULL, "burnc_matmul: cuLaunchKernel (tf32 transpose)",
+                          cuda_dev(dev)->profile ? "matmul tf32 operand transpose" : "");
+}
+
 /* Takes the device's lock to launch (and once to create the kernel table): the caller must
  * not hold it. */
 burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool allow_tf32, bool *taken)
@@ -298,9 +330,15 @@ burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool al
     if (a_ld % per || b_ld % per || p->a_bs % per || p->b_bs % per || p->a % 16 || p->b % 16 || p->c % esz)
         return BURNC_OK;
     int tile = choose_tile(dev, p);
-    cg_mma_spec s = cg_mma_variant(cd->cc, type, tile, !a_kmaj, b_kmaj);
+    /* a tf32 operand stored the other way round is transposed first for the warpgroup kernel,
+     * within the transpose's grid (rows / 32 blocks along y) */
+    bool wg = CG_MMA_TILES[tile].wg, ta = wg && type == CG_MMA_TF32 && !a_kmaj,
+         tb = wg && type == CG_MMA_TF32 && !b_kmaj;
+    if ((ta && (p->k + 31) / 32 > MAX_GRID_YZ) || (tb && (p->k + 31) / 32 > MAX_GRID_YZ))
+        tile = p->m * p->n < 128 * 128 * cd->sms ? 2 : 4, wg = ta = tb = false;
+    cg_mma_spec s = cg_mma_variant(cd->cc, type, tile, !a_kmaj && !ta, b_kmaj || tb);
     if (cg_mma_smem_bytes(&s) > (uint32_t)cd->max_shared_optin)
-        s = cg_mma_variant(cd->cc, type, 2, !a_kmaj, b_kmaj);
+        s = cg_mma_variant(cd->cc, type, 2, !a_kmaj, b_kmaj), ta = tb = false;
     int64_t gx = (p->n + s.bn - 1) / s.bn, gy = (p->m + s.bm - 1) / s.bm;
     if (gx > INT32_MAX || gy > MAX_GRID_YZ || p->batch > MAX_GRID_YZ || cg_mma_smem_bytes(&s) > (uint32_t)cd->max_shared_optin)
         return BURNC_OK;
@@ -310,8 +348,8 @@ burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool al
     RT_TRY(cuda_enter(dev, "burnc_matmul"));
     if (p->k == 0)
         return zero_c(dev, p, esz);
-    CUfunction fn = NULL;
-    RT_TRY(kernel_of(dev, &s, &fn));
+    mma_kernel k = {.module = NULL};
+    RT_TRY(kernel_of(dev, &s, &k));
     uint64_t w[CG_MMA_N_PARAMS] = {p->a,         p->b,     p->c,        (uint64_t)p->m, (uint64_t)p->n,
                                    (uint64_t)p->k, (uint64_t)p->a_bs, (uint64_t)a_ld, (uint64_t)p->b_bs,
                                    (uint64_t)b_ld, (uint64_t)p->c_bs};
@@ -322,12 +360,27 @@ burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool al
     void *params[CG_MMA_N_PARAMS];
     for (int i = 0; i < CG_MMA_N_PARAMS; i++)
         params[i] = &w[i];
+    rt_buffer *tmp[2] = {NULL, NULL};
     mtx_lock(&cd->lock);
     burnc_status_t st = cuda_batch_submit_locked(dev);
+    if (st == BURNC_OK && ta) { /* A stored k x m: rows of k after */
+        int64_t ld, bs;
+        st = transpose_into(dev, k.transpose, p->a, p->k, p->m, a_ld, p->a_bs, p->batch, &tmp[0], &ld, &bs);
+        w[0] = tmp[0] ? cuda_ptr(tmp[0]) : 0, w[6] = (uint64_t)bs, w[7] = (uint64_t)ld;
+    }
+    if (st == BURNC_OK && tb) { /* B stored k x n: rows of k after */
+        int64_t ld, bs;
+        st = transpose_into(dev, k.transpose, p->b, p->k, p->n, b_ld, p->b_bs, p->batch, &tmp[1], &ld, &bs);
+        w[1] = tmp[1] ? cuda_ptr(tmp[1]) : 0, w[8] = (uint64_t)bs, w[9] = (uint64_t)ld;
+    }
     if (st == BURNC_OK)
-        st = cuda_launch_fn(dev, fn, (uint32_t[3]){(uint32_t)gx, (uint32_t)gy, (uint32_t)p->batch},
-                         (uint32_t[3]){(uint32_t)(s.wm * s.wn * 32), 1, 1}, cg_mma_smem_bytes(&s), params, NULL,
-                         "burnc_matmul: cuLaunchKernel (tensor cores)", name);
+        st = cuda_launch_fn(dev, k.fn, (uint32_t[3]){(uint32_t)gx, (uint32_t)gy, (uint32_t)p->batch},
+                            (uint32_t[3]){(uint32_t)cg_mma_threads(&s), 1, 1}, cg_mma_smem_bytes(&s), params, NULL,
+                            "burnc_matmul: cuLaunchKernel (tensor cores)", name);
     mtx_unlock(&cd->lock);
+    /* the pool hands a buffer out again only to work queued after this on the same stream */
+    for (int i = 0; i < 2; i++)
+        if (tmp[i])
+            rt_pool_free(dev, tmp[i]);
     return st;
 }
