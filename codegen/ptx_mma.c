@@ -67,18 +67,6 @@ static void call0(mg *g, const char *name, LLVMValueRef *args, int n)
     cg_call_intrinsic(&g->e, name, NULL, 0, args, n);
 }
 
-/* Shared byte offset of 16-byte chunk c of stored row r in a warpgroup kernel's tile of `rows`
- * rows: 128 bytes (8 chunks) of each row form a column block of rows * 128 bytes, the blocks
- * one after another; within a block, chunk j of row r sits at position j ^ (r & 7), the
- * 128-byte swizzle (ptx_mma.h). */
-static LLVMValueRef swizzled(mg *g, LLVMValueRef r, LLVMValueRef c, int rows)
-{
-    LLVMBuilderRef b = g->e.b;
-    LLVMValueRef blk = LLVMBuildLShr(b, c, k64(g, 3), ""), j = LLVMBuildAnd(b, c, k64(g, 7), "");
-    LLVMValueRef x = LLVMBuildXor(b, j, LLVMBuildAnd(b, r, k64(g, 7), ""), "");
-    return add(g, mul(g, blk, k64(g, (int64_t)rows * 128)), add(g, mul(g, r, k64(g, 128)), mul(g, x, k64(g, 16))));
-}
-
 /* ---- Global -> shared: one stage of one operand ------------------------------------------
  * The stored tile has `rows` rows of `cols` elements (contiguous in memory, stride 1) at pitch
  * bytes in shared memory; global row r0 + i, element c0 + j lies at base + (r0+i)*ld + c0+j.
@@ -102,8 +90,7 @@ static void load_tile(mg *g, LLVMValueRef base, LLVMValueRef ld, LLVMValueRef r0
         LLVMValueRef ok = LLVMBuildICmp(b, LLVMIntSGT, bytes, k64(g, 0), "");
         LLVMValueRef eoff = LLVMBuildSelect(b, ok, add(g, mul(g, gr, ld), gc), k64(g, 0), "");
         LLVMValueRef src = LLVMBuildIntToPtr(b, add(g, base, mul(g, eoff, k64(g, g->esz))), g->t_gptr, "");
-        LLVMValueRef dst = sptr(g, add(g, soff, g->s->wg ? swizzled(g, r, c, rows)
-                                                          : add(g, mul(g, r, k64(g, pitch)), mul(g, c, k64(g, 16)))));
+        LLVMValueRef dst = sptr(g, add(g, soff, add(g, mul(g, r, k64(g, pitch)), mul(g, c, k64(g, 16)))));
         LLVMValueRef args[3] = {dst, src, LLVMBuildTrunc(b, bytes, g->e.t_i32, "")};
         call0(g, "llvm.nvvm.cp.async.cg.shared.global.16.s", args, 3);
     }
@@ -562,11 +549,19 @@ static void begin(mg *g)
 {
     const cg_mma_spec *s = g->s;
     LLVMBuilderRef b = g->e.b;
-    LLVMTypeRef pt[CG_MMA_N_PARAMS];
-    for (int i = 0; i < CG_MMA_N_PARAMS; i++)
-        pt[i] = g->e.t_i64;
-    g->fn = LLVMAddFunction(g->e.mod, CG_MMA_ENTRY, LLVMFunctionType(g->e.t_void, pt, CG_MMA_N_PARAMS, 0));
+    LLVMTypeRef pt[CG_MMA_N_PARAMS + 2];
+    int np = CG_MMA_N_PARAMS + (s->wg ? 2 : 0);
+    for (int i = 0; i < np; i++)
+        pt[i] = i < CG_MMA_N_PARAMS ? g->e.t_i64 : LLVMPointerTypeInContext(g->e.ctx, 0);
+    g->fn = LLVMAddFunction(g->e.mod, CG_MMA_ENTRY, LLVMFunctionType(g->e.t_void, pt, (unsigned)np, 0));
     LLVMSetFunctionCallConv(g->fn, LLVMPTXKernelCallConv);
+    for (int i = CG_MMA_N_PARAMS; i < np; i++) { /* the tensor maps: .param .align 64 .b8 [128] */
+        LLVMAttributeRef by = LLVMCreateTypeAttribute(g->e.ctx, LLVMGetEnumAttributeKindForName("byval", 5),
+                                                      LLVMArrayType2(g->e.t_i8, 128));
+        LLVMAttributeRef al = LLVMCreateEnumAttribute(g->e.ctx, LLVMGetEnumAttributeKindForName("align", 5), 64);
+        LLVMAddAttributeAtIndex(g->fn, (unsigned)i + 1, by);
+        LLVMAddAttributeAtIndex(g->fn, (unsigned)i + 1, al);
+    }
     annotate(g);
     for (int i = 0; i < CG_MMA_N_PARAMS; i++)
         g->p[i] = LLVMGetParam(g->fn, (unsigned)i);
@@ -724,6 +719,119 @@ static LLVMValueRef wg_desc(mg *g, LLVMValueRef addr, int lbo, int sbo)
     return LLVMBuildOr(b, lo, LLVMConstInt(g->e.t_i64, hi, 0), "");
 }
 
+static LLVMValueRef i32_of(mg *g, LLVMValueRef v) { return LLVMBuildTrunc(g->e.b, v, g->e.t_i32, ""); }
+
+/* asm with 32-bit operands only and no result. */
+static void asm_r(mg *g, const char *text, LLVMValueRef *args, int n)
+{
+    char cons[64] = "";
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(cons + len, sizeof cons - len, "r,");
+    snprintf(cons + len, sizeof cons - len, "~{memory}");
+    inline_asm(g, g->e.t_void, text, cons, args, n);
+}
+
+/* Spins until the mbarrier at shared address bar (i32) completes the phase of parity par. */
+static void bar_wait(mg *g, LLVMValueRef bar, LLVMValueRef par)
+{
+    LLVMValueRef a[2] = {bar, par};
+    asm_r(g,
+          "{ .reg .pred p; W: mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1; @p bra D; bra W; D: }", a, 2);
+}
+
+/* Opens `if (cond)`: returns the block the branch joins. */
+static LLVMBasicBlockRef if_then(mg *g, LLVMValueRef cond, const char *name)
+{
+    LLVMBasicBlockRef yes = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, name);
+    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "join");
+    LLVMBuildCondBr(g->e.b, cond, yes, join);
+    LLVMPositionBuilderAtEnd(g->e.b, yes);
+    return join;
+}
+
+static void end_if(mg *g, LLVMBasicBlockRef join)
+{
+    LLVMBuildBr(g->e.b, join);
+    LLVMPositionBuilderAtEnd(g->e.b, join);
+}
+
+/* A counted loop `for (i = 0; i < end; i++)` over the alloca var: opens the body with *i. */
+typedef struct loop {
+    LLVMBasicBlockRef head, done;
+    LLVMValueRef var, i;
+} loop;
+
+static loop loop_begin(mg *g, LLVMValueRef var, LLVMValueRef end)
+{
+    LLVMBuilderRef b = g->e.b;
+    loop l = {.var = var};
+    LLVMBuildStore(b, k64(g, 0), var);
+    l.head = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "loop");
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "loop.body");
+    l.done = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "loop.done");
+    LLVMBuildBr(b, l.head);
+    LLVMPositionBuilderAtEnd(b, l.head);
+    l.i = LLVMBuildLoad2(b, g->e.t_i64, var, "");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, l.i, end, ""), body, l.done);
+    LLVMPositionBuilderAtEnd(b, body);
+    return l;
+}
+
+static void loop_end(mg *g, const loop *l)
+{
+    LLVMBuildStore(g->e.b, add(g, l->i, k64(g, 1)), l->var);
+    LLVMBuildBr(g->e.b, l->head);
+    LLVMPositionBuilderAtEnd(g->e.b, l->done);
+}
+
+/* The producer: lane 0 of the last warp fills stage t % S with K tile t by the tensor copy
+ * engine once the consumers released the tile that was there (ptx_mma.h). Box and map
+ * layouts: a k-major operand is one box of 128 bytes of k by bm (bn) rows; an m/n-major one
+ * is a box of 64 elements by bk rows per column block. */
+static void wg_producer(mg *g, LLVMValueRef base, LLVMValueRef full, LLVMValueRef empty, LLVMValueRef n_kt,
+                        LLVMValueRef var)
+{
+    const cg_mma_spec *s = g->s;
+    LLVMBuilderRef b = g->e.b;
+    int S = s->stages, sbytes = cg_mma_a_bytes(s) + cg_mma_b_bytes(s), blk = s->bk * 128;
+    LLVMValueRef raw = LLVMBuildPtrToInt(b, g->smem, g->e.t_i64, "");
+    loop l = loop_begin(g, var, n_kt);
+    LLVMValueRef t = l.i, st = LLVMBuildURem(b, t, k64(g, S), ""), round = LLVMBuildUDiv(b, t, k64(g, S), "");
+    LLVMBasicBlockRef join = if_then(g, LLVMBuildICmp(b, LLVMIntUGE, t, k64(g, S), ""), "reuse");
+    bar_wait(g, i32_of(g, add(g, empty, mul(g, st, k64(g, 8)))),
+             i32_of(g, LLVMBuildAnd(b, add(g, round, k64(g, 1)), k64(g, 1), "")));
+    end_if(g, join);
+    LLVMValueRef fb = i32_of(g, add(g, full, mul(g, st, k64(g, 8))));
+    LLVMValueRef ex[2] = {fb, k32(g, sbytes)};
+    asm_r(g, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", ex, 2);
+    LLVMValueRef so = add(g, add(g, raw, base), mul(g, st, k64(g, sbytes)));
+    LLVMValueRef k0 = i32_of(g, mul(g, t, k64(g, s->bk)));
+    for (int op = 0; op < 2; op++) {
+        bool kmaj = op ? s->b_kmajor : !s->a_mmajor;
+        LLVMValueRef mn0 = i32_of(g, op ? g->col0 : g->row0), bs = g->p[op ? P_BBS : P_ABS];
+        LLVMValueRef z = i32_of(g, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, bs, k64(g, 0), ""), k64(g, 0),
+                                                   g->batch, ""));
+        LLVMValueRef dst = op ? add(g, so, k64(g, cg_mma_a_bytes(s))) : so;
+        int boxes = kmaj ? 1 : (op ? s->bn : s->bm) / 64;
+        char text[300];
+        /* the map is a kernel parameter, named as LLVM names them; the copy takes its generic
+         * address */
+        snprintf(text, sizeof text,
+                 "{ .reg .b64 m; mov.b64 m, %s_param_%d; cvta.param.u64 m, m; "
+                 "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+                 "[$0], [m, {$1, $2, $3}], [$4]; }",
+                 CG_MMA_ENTRY, CG_MMA_N_PARAMS + op);
+        for (int j = 0; j < boxes; j++) {
+            LLVMValueRef mn = LLVMBuildAdd(b, mn0, k32(g, j * 64), "");
+            LLVMValueRef a[5] = {i32_of(g, add(g, dst, k64(g, (int64_t)j * blk))), kmaj ? k0 : mn, kmaj ? mn : k0, z,
+                                 fb};
+            asm_r(g, text, a, 5);
+        }
+    }
+    loop_end(g, &l);
+}
+
 /* The operands' layouts in a stage (ptx_mma.h): a k-major operand is rows of 128 bytes of k,
  * eight rows a 1024-byte swizzle atom, so a k-step moves 32 bytes inside the rows and the next
  * 8 rows of m or n lie 1024 bytes on (sbo); an m- or n-major one is column blocks of 64
@@ -736,16 +844,38 @@ static void build_wg(mg *g)
     int wgs = s->wm / 4, slab_rows = s->bm / wgs, slabs = slab_rows / 64, S = s->stages;
     int sbytes = cg_mma_a_bytes(s) + cg_mma_b_bytes(s), blk = s->bk * 128;
     begin(g);
-    LLVMValueRef kt_var = LLVMBuildAlloca(b, g->e.t_i64, "");
+    LLVMValueRef var = LLVMBuildAlloca(b, g->e.t_i64, "");
     LLVMValueRef warp = LLVMBuildLShr(b, g->tid, k64(g, 5), "");
-    LLVMValueRef wgi = LLVMBuildLShr(b, warp, k64(g, 2), ""), wq = LLVMBuildAnd(b, warp, k64(g, 3), "");
     LLVMValueRef n_kt = LLVMBuildUDiv(b, add(g, g->p[P_K], k64(g, s->bk - 1)), k64(g, s->bk), "");
     LLVMValueRef raw = LLVMBuildPtrToInt(b, g->smem, g->e.t_i64, "");
     LLVMValueRef base = LLVMBuildSub(b, LLVMBuildAnd(b, add(g, raw, k64(g, 1023)), k64(g, -1024), ""), raw, "");
-    for (int st = 0; st < S - 2; st++)
-        load_stage(g, k64(g, st), add(g, base, k64(g, (int64_t)st * sbytes)));
-    /* stage 0's descriptors; a stage and a k-step add whole multiples of 16 bytes to them */
-    LLVMValueRef da[4], sa = add(g, raw, base);
+    /* the mbarriers after the stages: full[S] (the copies landed), empty[S] (every consumer
+     * warp is done with the tile) */
+    LLVMValueRef full = add(g, add(g, raw, base), k64(g, (int64_t)S * sbytes)), empty = add(g, full, k64(g, 8 * S));
+    LLVMBasicBlockRef join = if_then(g, LLVMBuildICmp(b, LLVMIntEQ, g->tid, k64(g, 0), ""), "init");
+    for (int i = 0; i < S; i++) {
+        LLVMValueRef f[2] = {i32_of(g, add(g, full, k64(g, 8 * i))), k32(g, 1)};
+        LLVMValueRef e[2] = {i32_of(g, add(g, empty, k64(g, 8 * i))), k32(g, s->wm)};
+        asm_r(g, "mbarrier.init.shared::cta.b64 [$0], $1;", f, 2);
+        asm_r(g, "mbarrier.init.shared::cta.b64 [$0], $1;", e, 2);
+    }
+    asm_plain(g, "fence.mbarrier_init.release.cluster;");
+    end_if(g, join);
+    call0(g, "llvm.nvvm.barrier0", NULL, 0);
+
+    LLVMBasicBlockRef cons = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "consumer");
+    LLVMBasicBlockRef prod = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "producer");
+    LLVMBasicBlockRef out = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "out");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, warp, k64(g, s->wm), ""), cons, prod);
+    LLVMPositionBuilderAtEnd(b, prod);
+    join = if_then(g, LLVMBuildICmp(b, LLVMIntEQ, g->tid, k64(g, (int64_t)s->wm * 32), ""), "issue");
+    wg_producer(g, base, full, empty, n_kt, var);
+    end_if(g, join);
+    LLVMBuildBr(b, out);
+
+    LLVMPositionBuilderAtEnd(b, cons);
+    LLVMValueRef wgi = LLVMBuildLShr(b, warp, k64(g, 2), ""), wq = LLVMBuildAnd(b, warp, k64(g, 3), "");
+    LLVMValueRef da[4], sa = add(g, raw, base); /* stage 0's descriptors */
     for (int i = 0; i < slabs; i++) {
         LLVMValueRef row = add(g, mul(g, wgi, k64(g, slab_rows)), k64(g, i * 64));
         LLVMValueRef off = s->a_mmajor ? mul(g, LLVMBuildLShr(b, row, k64(g, 6), ""), k64(g, blk))
@@ -754,35 +884,28 @@ static void build_wg(mg *g)
     }
     LLVMValueRef db = wg_desc(g, add(g, sa, k64(g, cg_mma_a_bytes(s))), s->b_kmajor ? 16 : blk, 1024);
     int astep = s->a_mmajor ? 2048 : 32, bstep = s->b_kmajor ? 32 : 2048;
-
-    LLVMBuildStore(b, k64(g, 0), kt_var);
-    LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "kt");
-    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "kt.body");
-    LLVMBasicBlockRef done = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "kt.done");
-    LLVMBuildBr(b, head);
-    LLVMPositionBuilderAtEnd(b, head);
-    LLVMValueRef kt = LLVMBuildLoad2(b, g->e.t_i64, kt_var, "");
-    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, kt, n_kt, ""), body, done);
-    LLVMPositionBuilderAtEnd(b, body);
-    LLVMValueRef wait = k32(g, S - 3);
-    call0(g, "llvm.nvvm.cp.async.wait.group", &wait, 1);
-    asm_plain(g, "fence.proxy.async.shared::cta;"); /* the copies, seen by the tensor cores */
-    call0(g, "llvm.nvvm.barrier0", NULL, 0);
-    LLVMValueRef so = mul(g, LLVMBuildURem(b, kt, k64(g, S), ""), k64(g, sbytes / 16));
+    loop l = loop_begin(g, var, n_kt);
+    LLVMValueRef kt = l.i, st = LLVMBuildURem(b, kt, k64(g, S), "");
+    bar_wait(g, i32_of(g, add(g, full, mul(g, st, k64(g, 8)))),
+             i32_of(g, LLVMBuildAnd(b, LLVMBuildUDiv(b, kt, k64(g, S), ""), k64(g, 1), "")));
+    LLVMValueRef so = mul(g, st, k64(g, sbytes / 16));
     asm_plain(g, "wgmma.fence.sync.aligned;");
     for (int ks = 0; ks < s->bk / g->kstep; ks++)
         for (int i = 0; i < slabs; i++)
             wg_mma(g, i, add(g, da[i], add(g, so, k64(g, ks * astep / 16))),
                    add(g, db, add(g, so, k64(g, ks * bstep / 16))));
     asm_plain(g, "wgmma.commit_group.sync.aligned;");
-    LLVMValueRef nk = add(g, kt, k64(g, S - 2));
-    load_stage(g, nk, add(g, base, mul(g, LLVMBuildURem(b, nk, k64(g, S), ""), k64(g, sbytes))));
     wg_wait(g, 1);
-    LLVMBuildStore(b, add(g, kt, k64(g, 1)), kt_var);
-    LLVMBuildBr(b, head);
-    LLVMPositionBuilderAtEnd(b, done);
+    /* this warpgroup's wgmma of tile kt - 1 are done: its warps release that stage */
+    LLVMValueRef rel = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntUGT, kt, k64(g, 0), ""),
+                                    LLVMBuildICmp(b, LLVMIntEQ, g->lane, k64(g, 0), ""), "");
+    join = if_then(g, rel, "release");
+    LLVMValueRef prev = LLVMBuildURem(b, add(g, kt, k64(g, S - 1)), k64(g, S), "");
+    LLVMValueRef e = i32_of(g, add(g, empty, mul(g, prev, k64(g, 8))));
+    asm_r(g, "mbarrier.arrive.shared::cta.b64 _, [$0];", &e, 1);
+    end_if(g, join);
+    loop_end(g, &l);
     wg_wait(g, 0);
-    call0(g, "llvm.nvvm.cp.async.wait.all", NULL, 0);
 
     /* slab i's m64 x bn accumulators: warp wq of the warpgroup holds rows 16 wq .. 16 wq + 15,
      * in mma.sync's 16 x 8 order for each 8 columns */
@@ -797,6 +920,8 @@ static void build_wg(mg *g)
                            LLVMBuildLoad2(b, g->e.t_f32, g->acc[a], ""),
                            LLVMBuildLoad2(b, g->e.t_f32, g->acc[a + 1], ""));
             }
+    LLVMBuildBr(b, out);
+    LLVMPositionBuilderAtEnd(b, out);
     LLVMBuildRetVoid(b);
 }
 

@@ -62,7 +62,7 @@ enum { CG_MMA_N_PARAMS = 11 };
 #define CG_MMA_ENTRY "burnc_mma"
 
 static inline int cg_mma_elem_bytes(const cg_mma_spec *s) { return s->type == CG_MMA_TF32 ? 4 : 2; }
-static inline int cg_mma_threads(const cg_mma_spec *s) { return s->wm * s->wn * 32; }
+static inline int cg_mma_threads(const cg_mma_spec *s) { return s->wm * s->wn * 32 + (s->wg ? 32 : 0); }
 
 /* The shared-memory pitch (bytes) of a stored tile row of `cols` elements. Padding keeps the
  * 8 rows one ldmatrix (or one warp's 32-bit fragment loads) reads in distinct banks: 16 bytes
@@ -90,7 +90,7 @@ static inline int cg_mma_b_bytes(const cg_mma_spec *s)
 static inline uint32_t cg_mma_smem_bytes(const cg_mma_spec *s)
 {
     /* the swizzle repeats every 1024 bytes of address: wg stages start there, 1 KB of slack */
-    return (uint32_t)(s->stages * (cg_mma_a_bytes(s) + cg_mma_b_bytes(s)) + (s->wg ? 1024 : 0));
+    return (uint32_t)(s->stages * (cg_mma_a_bytes(s) + cg_mma_b_bytes(s)) + (s->wg ? 1024 + 16 * s->stages : 0));
 }
 
 /* Whether the generator accepts s (else the reason in why): tile sizes that split evenly into
@@ -113,7 +113,7 @@ static inline bool cg_mma_spec_valid(const cg_mma_spec *s, char *why, size_t cap
         bad = "2 to 5 stages";
     else if (s->min_blocks < 0 || s->min_blocks > 4)
         bad = "0 to 4 blocks per SM";
-    else if ((s->bm * s->bk * esz / 16) % threads || (s->bn * s->bk * esz / 16) % threads)
+    else if (!s->wg && ((s->bm * s->bk * esz / 16) % threads || (s->bn * s->bk * esz / 16) % threads))
         bad = "a stage's 16-byte copies do not split evenly over the threads";
     else if (s->wg && s->sm != 90)
         bad = "wgmma is sm_90a's: a compute capability of exactly 9.0";

@@ -30,6 +30,10 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUlinkState_st *CUlinkState;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
+/* cuTensorMapEncodeTiled's opaque description of a tensor for the bulk tensor copy engine */
+typedef struct CUtensorMap {
+    _Alignas(64) uint64_t opaque[16];
+} CUtensorMap;
 
 enum {
     CUDA_SUCCESS = 0,
@@ -138,6 +142,9 @@ typedef struct cuda_driver {
     CUresult (*GraphLaunch)(CUgraphExec exec, CUstream stream);
     CUresult (*GraphExecDestroy)(CUgraphExec exec);
     CUresult (*GraphDestroy)(CUgraph graph);
+    CUresult (*TensorMapEncodeTiled)(CUtensorMap *map, int dtype, uint32_t rank, void *address, const uint64_t *dims,
+                                     const uint64_t *strides, const uint32_t *box, const uint32_t *elem_strides,
+                                     int interleave, int swizzle, int l2_promotion, int oob_fill);
 } cuda_driver;
 
 /* ---- The driver (driver.c) ---------------------------------------------------------------- */

@@ -60,7 +60,8 @@ static struct {
     X(GraphInstantiateWithFlags, "cuGraphInstantiateWithFlags") \
     X(GraphLaunch, "cuGraphLaunch")                          \
     X(GraphExecDestroy, "cuGraphExecDestroy")                \
-    X(GraphDestroy, "cuGraphDestroy")
+    X(GraphDestroy, "cuGraphDestroy")                        \
+    X(TensorMapEncodeTiled, "cuTensorMapEncodeTiled")
 
 static void driver_load(void)
 {

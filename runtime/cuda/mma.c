@@ -291,24 +291,54 @@ bool cuda_mma_dtype_ok(rt_device *dev, burnc_dtype_t dt, bool allow_tf32)
 }
 
 /* A tf32 operand for the warpgroup kernel, which reads k-contiguous ones only: the one stored
- * as `rows` rows of `cols` (k) elements at ld apart, batch stride bs, copied transposed into a
- * pool buffer *out with rows of cols rounded up to 4 elements (16 bytes); *ld_out and *bs_out
- * its strides. The caller holds the device's lock. */
-static burnc_status_t transpose_into(rt_device *dev, CUfunction fn, CUdeviceptr src, int64_t rows, int64_t cols,
-                                     int64_t ld, int64_t bs, int64_t batch, rt_buffer **out, int64_t *ld_out,
-                                     int64_t *bs_out)
+ * as `rows` rows of `cols` (k) elements at ld apart, batch stride bs, is copied transposed into
+ * a pool buffer with rows of cols rounded up to 4 elements (16 bytes). */
+typedef struct transposed {
+    CUdeviceptr src;
+    int64_t rows, cols, ld, bs, batch; /* the source */
+    rt_buffer *buf;                    /* the copy */
+    int64_t t_ld, t_bs;                /* its strides */
+} transposed;
+
+static burnc_status_t transposed_alloc(rt_device *dev, transposed *t)
 {
-    int64_t dld = (rows + 3) / 4 * 4, nb = bs == 0 ? 1 : batch;
-    *ld_out = dld, *bs_out = bs == 0 ? 0 : cols * dld;
-    RT_TRY(rt_pool_alloc(dev, (size_t)(nb * cols * dld) * 4, out));
-    uint64_t w[CG_MMA_T_N_PARAMS] = {src, cuda_ptr(*out), (uint64_t)rows, (uint64_t)cols, (uint64_t)ld,
-                                      (uint64_t)bs, (uint64_t)dld, (uint64_t)(cols * dld)};
+    int64_t nb = t->bs == 0 ? 1 : t->batch;
+    t->t_ld = (t->rows + 3) / 4 * 4, t->t_bs = t->bs == 0 ? 0 : t->cols * t->t_ld;
+    return rt_pool_alloc(dev, (size_t)(nb * t->cols * t->t_ld) * 4, &t->buf);
+}
+
+/* The caller holds the device's lock. */
+static burnc_status_t transposed_launch(rt_device *dev, CUfunction fn, const transposed *t)
+{
+    uint64_t w[CG_MMA_T_N_PARAMS] = {t->src, cuda_ptr(t->buf), (uint64_t)t->rows, (uint64_t)t->cols,
+                                      (uint64_t)t->ld, (uint64_t)t->bs, (uint64_t)t->t_ld, (uint64_t)t->t_bs};
     void *params[CG_MMA_T_N_PARAMS];
     for (int i = 0; i < CG_MMA_T_N_PARAMS; i++)
         params[i] = &w[i];
-    return cuda_launch_fn(dev, fn, (uint32_t[3]){(uint32_t)((cols + 31) / 32), (uint32_t)((rows + 31) / 32), (uint32_t)nb},
-                          (uint32_t[3]){32, 8, 1}, 0, params, NULL, "burnc_matmul: cuLaunchKernel (tf32 transpose)",
+    uint32_t grid[3] = {(uint32_t)((t->cols + 31) / 32), (uint32_t)((t->rows + 31) / 32),
+                        (uint32_t)(t->bs == 0 ? 1 : t->batch)};
+    return cuda_launch_fn(dev, fn, grid, (uint32_t[3]){32, 8, 1}, 0, params, NULL,
+                          "burnc_matmul: cuLaunchKernel (tf32 transpose)",
                           cuda_dev(dev)->profile ? "matmul tf32 operand transpose" : "");
+}
+
+/* The tensor map of one operand of the warpgroup kernel: `outer` rows of `inner` contiguous
+ * elements, ld apart, nb batches bs apart (0: one, shared), read in boxes of box0 x box1
+ * elements into the 128-byte swizzle, zeros past the edges. False when the driver refuses it
+ * (the engine then runs mma.sync). */
+static bool tensor_map(cuda_device *cd, CUtensorMap *map, int type, CUdeviceptr base, int64_t inner, int64_t outer,
+                       int64_t ld, int64_t bs, int64_t batch, int box0, int box1)
+{
+    enum { DT_F16 = 6, DT_F32 = 7, DT_BF16 = 9, SWIZZLE_128B = 3, L2_256B = 3 };
+    int esz = type == CG_MMA_TF32 ? 4 : 2;
+    uint64_t row = ld > 0 ? (uint64_t)ld * esz : ((uint64_t)inner * esz + 15) / 16 * 16;
+    uint64_t nb = bs == 0 ? 1 : (uint64_t)batch;
+    uint64_t dims[3] = {(uint64_t)inner, (uint64_t)outer, nb};
+    uint64_t strides[2] = {row, bs == 0 || batch == 1 ? row * (uint64_t)outer : (uint64_t)bs * esz};
+    uint32_t box[3] = {(uint32_t)box0, (uint32_t)box1, 1}, one[3] = {1, 1, 1};
+    int dt = type == CG_MMA_F16 ? DT_F16 : type == CG_MMA_BF16 ? DT_BF16 : DT_F32;
+    return cd->cu->TensorMapEncodeTiled(map, dt, 3, (void *)(uintptr_t)base, dims, strides, box, one, 0, SWIZZLE_128B,
+                                        L2_256B, 0) == CUDA_SUCCESS;
 }
 
 /* Takes the device's lock to launch (and once to create the kernel table): the caller must
@@ -330,15 +360,17 @@ burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool al
     if (a_ld % per || b_ld % per || p->a_bs % per || p->b_bs % per || p->a % 16 || p->b % 16 || p->c % esz)
         return BURNC_OK;
     int tile = choose_tile(dev, p);
+    bool wg = CG_MMA_TILES[tile].wg;
     /* a tf32 operand stored the other way round is transposed first for the warpgroup kernel,
      * within the transpose's grid (rows / 32 blocks along y) */
-    bool wg = CG_MMA_TILES[tile].wg, ta = wg && type == CG_MMA_TF32 && !a_kmaj,
-         tb = wg && type == CG_MMA_TF32 && !b_kmaj;
-    if ((ta && (p->k + 31) / 32 > MAX_GRID_YZ) || (tb && (p->k + 31) / 32 > MAX_GRID_YZ))
-        tile = p->m * p->n < 128 * 128 * cd->sms ? 2 : 4, wg = ta = tb = false;
-    cg_mma_spec s = cg_mma_variant(cd->cc, type, tile, !a_kmaj && !ta, b_kmaj || tb);
+    transposed ta = {.src = p->a, .rows = p->k, .cols = p->m, .ld = a_ld, .bs = p->a_bs, .batch = p->batch};
+    transposed tb = {.src = p->b, .rows = p->k, .cols = p->n, .ld = b_ld, .bs = p->b_bs, .batch = p->batch};
+    bool need_a = wg && type == CG_MMA_TF32 && !a_kmaj, need_b = wg && type == CG_MMA_TF32 && !b_kmaj;
+    if ((need_a || need_b) && (p->k + 31) / 32 > MAX_GRID_YZ)
+        tile = p->m * p->n < 128 * 128 * cd->sms ? 2 : 4, wg = need_a = need_b = false;
+    cg_mma_spec s = cg_mma_variant(cd->cc, type, tile, !a_kmaj && !need_a, b_kmaj || need_b);
     if (cg_mma_smem_bytes(&s) > (uint32_t)cd->max_shared_optin)
-        s = cg_mma_variant(cd->cc, type, 2, !a_kmaj, b_kmaj), ta = tb = false;
+        s = cg_mma_variant(cd->cc, type, tile = 2, !a_kmaj, b_kmaj), wg = need_a = need_b = false;
     int64_t gx = (p->n + s.bn - 1) / s.bn, gy = (p->m + s.bm - 1) / s.bm;
     if (gx > INT32_MAX || gy > MAX_GRID_YZ || p->batch > MAX_GRID_YZ || cg_mma_smem_bytes(&s) > (uint32_t)cd->max_shared_optin)
         return BURNC_OK;
@@ -348,39 +380,62 @@ burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool al
     RT_TRY(cuda_enter(dev, "burnc_matmul"));
     if (p->k == 0)
         return zero_c(dev, p, esz);
+    burnc_status_t st = BURNC_OK;
+    if (need_a)
+        st = transposed_alloc(dev, &ta), a_ld = ta.t_ld;
+    if (st == BURNC_OK && need_b)
+        st = transposed_alloc(dev, &tb), b_ld = tb.t_ld;
+    CUdeviceptr a = need_a ? cuda_ptr(ta.buf) : p->a, b = need_b ? cuda_ptr(tb.buf) : p->b;
+    int64_t a_bs = need_a ? ta.t_bs : p->a_bs, b_bs = need_b ? tb.t_bs : p->b_bs;
+    CUtensorMap maps[2];
+    if (st == BURNC_OK && wg) {
+        bool ak = !s.a_mmajor, bk = s.b_kmajor;
+        bool ok = tensor_map(cd, &maps[0], type, a, ak ? p->k : p->m, ak ? p->m : p->k, a_ld, a_bs, p->batch,
+                             ak ? s.bk : 64, ak ? s.bm : s.bk) &&
+                  tensor_map(cd, &maps[1], type, b, bk ? p->k : p->n, bk ? p->n : p->k, b_ld, b_bs, p->batch,
+                             bk ? s.bk : 64, bk ? s.bn : s.bk);
+        if (!ok) { /* strides the copy engine cannot take: mma.sync reads them */
+            for (int i = 0; i < 2; i++)
+                if ((i ? tb : ta).buf)
+                    rt_pool_free(dev, (i ? tb : ta).buf);
+            ta.buf = tb.buf = NULL, need_a = need_b = wg = false;
+            tile = p->m * p->n < 128 * 128 * cd->sms ? 2 : 4;
+            s = cg_mma_variant(cd->cc, type, tile, !a_kmaj, b_kmaj);
+            a = p->a, b = p->b, a_bs = p->a_bs, b_bs = p->b_bs;
+            layout(p->m, p->k, p->a_rs, p->a_ks, &a_kmaj, &a_ld), layout(p->n, p->k, p->b_cs, p->b_ks, &b_kmaj, &b_ld);
+            gx = (p->n + s.bn - 1) / s.bn, gy = (p->m + s.bm - 1) / s.bm;
+        }
+    }
     mma_kernel k = {.module = NULL};
-    RT_TRY(kernel_of(dev, &s, &k));
-    uint64_t w[CG_MMA_N_PARAMS] = {p->a,         p->b,     p->c,        (uint64_t)p->m, (uint64_t)p->n,
-                                   (uint64_t)p->k, (uint64_t)p->a_bs, (uint64_t)a_ld, (uint64_t)p->b_bs,
-                                   (uint64_t)b_ld, (uint64_t)p->c_bs};
+    if (st == BURNC_OK)
+        st = kernel_of(dev, &s, &k);
+    uint64_t w[CG_MMA_N_PARAMS] = {a, b, p->c, (uint64_t)p->m, (uint64_t)p->n, (uint64_t)p->k, (uint64_t)a_bs,
+                                   (uint64_t)a_ld, (uint64_t)b_bs, (uint64_t)b_ld, (uint64_t)p->c_bs};
     char name[192] = "";
     if (cd->profile)
         snprintf(name, sizeof name, "matmul %s %lldx%lldx%lld x%lld, tensor cores, tile %d", burnc_dtype_name(p->dt),
                  (long long)p->m, (long long)p->n, (long long)p->k, (long long)p->batch, tile);
-    void *params[CG_MMA_N_PARAMS];
+    void *params[CG_MMA_N_PARAMS + 2];
     for (int i = 0; i < CG_MMA_N_PARAMS; i++)
         params[i] = &w[i];
-    rt_buffer *tmp[2] = {NULL, NULL};
-    mtx_lock(&cd->lock);
-    burnc_status_t st = cuda_batch_submit_locked(dev);
-    if (st == BURNC_OK && ta) { /* A stored k x m: rows of k after */
-        int64_t ld, bs;
-        st = transpose_into(dev, k.transpose, p->a, p->k, p->m, a_ld, p->a_bs, p->batch, &tmp[0], &ld, &bs);
-        w[0] = tmp[0] ? cuda_ptr(tmp[0]) : 0, w[6] = (uint64_t)bs, w[7] = (uint64_t)ld;
+    params[CG_MMA_N_PARAMS] = &maps[0], params[CG_MMA_N_PARAMS + 1] = &maps[1];
+    if (st == BURNC_OK) {
+        mtx_lock(&cd->lock);
+        st = cuda_batch_submit_locked(dev);
+        if (st == BURNC_OK && need_a)
+            st = transposed_launch(dev, k.transpose, &ta);
+        if (st == BURNC_OK && need_b)
+            st = transposed_launch(dev, k.transpose, &tb);
+        if (st == BURNC_OK)
+            st = cuda_launch_fn(dev, k.fn, (uint32_t[3]){(uint32_t)gx, (uint32_t)gy, (uint32_t)p->batch},
+                                (uint32_t[3]){(uint32_t)cg_mma_threads(&s), 1, 1}, cg_mma_smem_bytes(&s), params, NULL,
+                                "burnc_matmul: cuLaunchKernel (tensor cores)", name);
+        mtx_unlock(&cd->lock);
     }
-    if (st == BURNC_OK && tb) { /* B stored k x n: rows of k after */
-        int64_t ld, bs;
-        st = transpose_into(dev, k.transpose, p->b, p->k, p->n, b_ld, p->b_bs, p->batch, &tmp[1], &ld, &bs);
-        w[1] = tmp[1] ? cuda_ptr(tmp[1]) : 0, w[8] = (uint64_t)bs, w[9] = (uint64_t)ld;
-    }
-    if (st == BURNC_OK)
-        st = cuda_launch_fn(dev, k.fn, (uint32_t[3]){(uint32_t)gx, (uint32_t)gy, (uint32_t)p->batch},
-                            (uint32_t[3]){(uint32_t)cg_mma_threads(&s), 1, 1}, cg_mma_smem_bytes(&s), params, NULL,
-                            "burnc_matmul: cuLaunchKernel (tensor cores)", name);
-    mtx_unlock(&cd->lock);
     /* the pool hands a buffer out again only to work queued after this on the same stream */
-    for (int i = 0; i < 2; i++)
-        if (tmp[i])
-            rt_pool_free(dev, tmp[i]);
+    if (ta.buf)
+        rt_pool_free(dev, ta.buf);
+    if (tb.buf)
+        rt_pool_free(dev, tb.buf);
     return st;
 }
