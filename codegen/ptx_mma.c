@@ -832,6 +832,74 @@ static void wg_producer(mg *g, LLVMValueRef base, LLVMValueRef full, LLVMValueRe
     loop_end(g, &l);
 }
 
+/* C's tile leaves through shared memory (the stages, free once every warpgroup's last wgmma is
+ * done): the accumulators go there in C's dtype, rows padded by 16 bytes so that the 8 rows a
+ * store instruction touches fall in distinct banks, then each thread writes 16-byte pieces of
+ * rows, one store each where a piece lies inside C and aligned, element by element at the
+ * edges. Slab i's m64 x bn accumulators: warp wq of the warpgroup holds rows 16 wq .. 16 wq +
+ * 15, in mma.sync's 16 x 8 order for each 8 columns. */
+static void wg_store(mg *g, LLVMValueRef sa, LLVMValueRef wgi, LLVMValueRef wq, int slab_rows, int slabs)
+{
+    const cg_mma_spec *s = g->s;
+    LLVMBuilderRef b = g->e.b;
+    int esz = g->esz, pitch = s->bn * esz + 16, per = 16 / esz, cpr = s->bn / per, consumers = s->wm * 32;
+    LLVMValueRef sync[2] = {k32(g, 1), k32(g, consumers)};
+    call0(g, "llvm.nvvm.barrier.sync.cnt", sync, 2); /* every consumer's wgmma is done */
+    LLVMValueRef raw = LLVMBuildPtrToInt(b, g->smem, g->e.t_i64, ""), tile = LLVMBuildSub(b, sa, raw, "");
+    LLVMValueRef gid = LLVMBuildLShr(b, g->lane, k64(g, 2), ""), tig = LLVMBuildAnd(b, g->lane, k64(g, 3), "");
+    LLVMValueRef r0 = add(g, mul(g, wgi, k64(g, slab_rows)), add(g, mul(g, wq, k64(g, 16)), gid));
+    LLVMTypeRef et = LLVMTypeOf(to_c(g, LLVMConstReal(g->e.t_f32, 0))), vt = LLVMVectorType(et, 2);
+    for (int i = 0; i < slabs; i++)
+        for (int j = 0; j < s->bn / 8; j++)
+            for (int h = 0; h < 4; h += 2) {
+                int a = i * (s->bn / 2) + j * 4 + h;
+                LLVMValueRef row = add(g, r0, k64(g, i * 64 + (h >> 1) * 8));
+                LLVMValueRef col = add(g, mul(g, tig, k64(g, 2)), k64(g, j * 8));
+                LLVMValueRef v = LLVMGetUndef(vt);
+                for (int e = 0; e < 2; e++)
+                    v = LLVMBuildInsertElement(b, v, to_c(g, LLVMBuildLoad2(b, g->e.t_f32, g->acc[a + e], "")),
+                                               k32(g, e), "");
+                LLVMValueRef st = LLVMBuildStore(b, v, sptr(g, add(g, tile, at(g, row, col, pitch))));
+                LLVMSetAlignment(st, (unsigned)(2 * esz));
+            }
+    call0(g, "llvm.nvvm.barrier.sync.cnt", sync, 2);
+    LLVMTypeRef v4 = LLVMVectorType(g->e.t_i32, 4);
+    for (int it = 0; it < s->bm * cpr / consumers; it++) {
+        LLVMValueRef idx = add(g, g->tid, k64(g, (int64_t)it * consumers));
+        LLVMValueRef r = LLVMBuildUDiv(b, idx, k64(g, cpr), ""), c = mul(g, LLVMBuildURem(b, idx, k64(g, cpr), ""), k64(g, per));
+        LLVMValueRef row = add(g, g->row0, r), col = add(g, g->col0, c);
+        LLVMValueRef from = sptr(g, add(g, tile, at(g, r, c, pitch)));
+        LLVMValueRef e = add(g, mul(g, g->batch, g->p[P_CBS]), add(g, mul(g, row, g->p[P_N]), col));
+        LLVMValueRef addr = add(g, g->p[P_C], mul(g, e, k64(g, esz)));
+        LLVMValueRef whole = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSLT, row, g->p[P_M], ""),
+                                          LLVMBuildICmp(b, LLVMIntSLE, add(g, col, k64(g, per)), g->p[P_N], ""), "");
+        whole = LLVMBuildAnd(b, whole, LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildAnd(b, addr, k64(g, 15), ""), k64(g, 0), ""),
+                             "");
+        LLVMBasicBlockRef one = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "c16");
+        LLVMBasicBlockRef each = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "c.each");
+        LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "c.next");
+        LLVMBuildCondBr(b, whole, one, each);
+        LLVMPositionBuilderAtEnd(b, one);
+        LLVMValueRef v = LLVMBuildLoad2(b, v4, from, "");
+        LLVMSetAlignment(v, 16);
+        LLVMSetAlignment(LLVMBuildStore(b, v, LLVMBuildIntToPtr(b, addr, g->t_gptr, "")), 16);
+        LLVMBuildBr(b, next);
+        LLVMPositionBuilderAtEnd(b, each);
+        for (int q = 0; q < per; q++) {
+            LLVMValueRef in = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSLT, row, g->p[P_M], ""),
+                                           LLVMBuildICmp(b, LLVMIntSLT, add(g, col, k64(g, q)), g->p[P_N], ""), "");
+            LLVMBasicBlockRef yes = if_then(g, in, "c1");
+            LLVMValueRef x = LLVMBuildLoad2(b, et, LLVMBuildGEP2(b, et, from, (LLVMValueRef[]){k64(g, q)}, 1, ""), "");
+            LLVMSetAlignment(x, (unsigned)esz);
+            LLVMValueRef to = LLVMBuildIntToPtr(b, add(g, addr, k64(g, (int64_t)q * esz)), g->t_gptr, "");
+            LLVMSetAlignment(LLVMBuildStore(b, x, to), (unsigned)esz);
+            end_if(g, yes);
+        }
+        LLVMBuildBr(b, next);
+        LLVMPositionBuilderAtEnd(b, next);
+    }
+}
+
 /* The operands' layouts in a stage (ptx_mma.h): a k-major operand is rows of 128 bytes of k,
  * eight rows a 1024-byte swizzle atom, so a k-step moves 32 bytes inside the rows and the next
  * 8 rows of m or n lie 1024 bytes on (sbo); an m- or n-major one is column blocks of 64
@@ -907,19 +975,7 @@ static void build_wg(mg *g)
     loop_end(g, &l);
     wg_wait(g, 0);
 
-    /* slab i's m64 x bn accumulators: warp wq of the warpgroup holds rows 16 wq .. 16 wq + 15,
-     * in mma.sync's 16 x 8 order for each 8 columns */
-    LLVMValueRef gid = LLVMBuildLShr(b, g->lane, k64(g, 2), ""), tig = LLVMBuildAnd(b, g->lane, k64(g, 3), "");
-    LLVMValueRef r0 = add(g, add(g, g->row0, mul(g, wgi, k64(g, slab_rows))), add(g, mul(g, wq, k64(g, 16)), gid));
-    LLVMValueRef c0 = add(g, g->col0, mul(g, tig, k64(g, 2)));
-    for (int i = 0; i < slabs; i++)
-        for (int j = 0; j < s->bn / 8; j++)
-            for (int h = 0; h < 4; h += 2) {
-                int a = i * (s->bn / 2) + j * 4 + h;
-                store_pair(g, add(g, r0, k64(g, i * 64 + (h >> 1) * 8)), add(g, c0, k64(g, j * 8)),
-                           LLVMBuildLoad2(b, g->e.t_f32, g->acc[a], ""),
-                           LLVMBuildLoad2(b, g->e.t_f32, g->acc[a + 1], ""));
-            }
+    wg_store(g, sa, wgi, wq, slab_rows, slabs);
     LLVMBuildBr(b, out);
     LLVMPositionBuilderAtEnd(b, out);
     LLVMBuildRetVoid(b);

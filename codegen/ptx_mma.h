@@ -123,6 +123,8 @@ static inline bool cg_mma_spec_valid(const cg_mma_spec *s, char *why, size_t cap
               "128 bytes of k, 3 or more stages";
     else if (s->wg && s->type == CG_MMA_TF32 && (s->a_mmajor || !s->b_kmajor))
         bad = "wgmma reads tf32 operands only with k contiguous";
+    else if (s->wg && s->bm * (s->bn * esz + 16) > s->stages * s->bk * (s->bm + s->bn) * esz)
+        bad = "C's tile does not fit in the stages' shared memory";
     else if (s->wg && (s->bm / (s->wm / 4) / 64) * (s->bn / 2) > 128)
         bad = "the warpgroup's accumulators need more registers than fit";
     if (bad && why && cap)
