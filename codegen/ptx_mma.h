@@ -15,8 +15,8 @@
  * Parameters (each an i64, in this order): a, b, c (device addresses), m, n, k, a_bs, a_ld,
  * b_bs, b_ld, c_bs; a_ld is A's stride between rows of its stored layout (a_rs when k is
  * contiguous, a_ks when m is), b_ld likewise (b_ks when n is contiguous, b_cs when k is).
- * Grid: (ceil(n / bn), ceil(m / bm), batch); block: wm * wn * 32 threads; dynamic shared
- * memory: cg_mma_smem_bytes. */
+ * Grid: (ceil(n / bn), ceil(m / bm), batch); block: cg_mma_threads; dynamic shared memory:
+ * cg_mma_smem_bytes. On sm_90 the warpgroup kernel (below) replaces mma.sync. */
 #ifndef BURNC_PTX_MMA_H
 #define BURNC_PTX_MMA_H
 
@@ -41,17 +41,24 @@ typedef struct cg_mma_spec {
 } cg_mma_spec;
 
 /* The warpgroup kernel (wg, sm_90a only): wgmma.mma_async with both operands in shared memory,
- * laid out in the 128-byte swizzle its descriptors name. wm counts warps along m in groups of
- * four (a warpgroup owns bm / (wm / 4) rows, in slabs of 64, each slab one m64 x bn wgmma per
- * k-step), wn is 1; bk holds 128 bytes of k, so a stored row along k is one swizzle row. An
- * operand stored with m or n contiguous is read transposed by the tensor cores (imm-trans) for
- * f16/bf16; wgmma has no transposed tf32, so the runtime first transposes such an operand with
- * the module's second entry, CG_MMA_TRANSPOSE_ENTRY. The tensor cores read tf32 operands as
- * they are, dropping the 13 low mantissa bits (mma.sync kernels round them with cvt.rna).
- * Each K tile: wait for its copies, fence them to the async proxy, barrier, the wgmma of each
- * k-step, commit, then the copies of tile kt + stages - 2 into the buffer of tile kt - 2,
- * which every warpgroup finished with before this barrier (each keeps one K tile of wgmma in
- * flight: wgmma.wait_group 1). */
+ * laid out in the 128-byte swizzle its descriptors name. wm counts consumer warps along m in
+ * groups of four (a warpgroup owns bm / (wm / 4) rows, in slabs of 64, each slab one m64 x bn
+ * wgmma per k-step), wn is 1; bk holds 128 bytes of k, so a stored row along k is one swizzle
+ * row. One more warp produces: its lane 0 fills the stages with the bulk tensor copy engine
+ * (cp.async.bulk.tensor, 3-d tile mode, zeros past every edge), completing on the stage's
+ * "full" mbarrier; each consumer warp waits for it, issues its wgmma, keeps one K tile of them
+ * in flight (wgmma.wait_group 1) and then releases the stage of the tile before on its "empty"
+ * mbarrier, which the producer waits for before refilling it. No block barrier in the K loop.
+ * After it C's tile goes through shared memory and out in 16-byte pieces.
+ * Two more parameters follow the eleven i64: the tensor maps of A and B (CUtensorMap, 128
+ * bytes, 64-aligned), encoded by the runtime in the box layouts ptx_mma.c's producer reads: a
+ * k-contiguous operand as one box of 128 bytes of k by bm (bn) rows; an m/n-contiguous one as
+ * boxes of 64 elements by bk rows, one per 64 columns (dims: inner, outer, batch; a batch
+ * stride of 0 is read at batch 0). An operand stored with m or n contiguous is read transposed
+ * by the tensor cores (imm-trans) for f16/bf16; wgmma has no transposed tf32, so the runtime
+ * first transposes such an operand with the module's second entry, CG_MMA_TRANSPOSE_ENTRY. The
+ * tensor cores read tf32 operands as they are, dropping the 13 low mantissa bits (mma.sync
+ * kernels round them with cvt.rna). */
 #define CG_MMA_TRANSPOSE_ENTRY "burnc_mma_t"
 enum { CG_MMA_T_N_PARAMS = 8 };
 /* The transpose: dst[b][c][r] = src[b][r][c] for r < rows, c < cols, each an i64 in this order:
@@ -89,7 +96,8 @@ static inline int cg_mma_b_bytes(const cg_mma_spec *s)
 }
 static inline uint32_t cg_mma_smem_bytes(const cg_mma_spec *s)
 {
-    /* the swizzle repeats every 1024 bytes of address: wg stages start there, 1 KB of slack */
+    /* the swizzle repeats every 1024 bytes of address: wg stages start there (1 KB of slack),
+     * their two mbarriers each after them */
     return (uint32_t)(s->stages * (cg_mma_a_bytes(s) + cg_mma_b_bytes(s)) + (s->wg ? 1024 + 16 * s->stages : 0));
 }
 
@@ -138,7 +146,10 @@ static inline bool cg_mma_spec_valid(const cg_mma_spec *s, char *why, size_t cap
  * converted one by one, and ptxas hoists the loads of every k-step of a stage: more k-steps
  * would spill). 64 x 64 warp tiles read the least shared memory per mma (two ldmatrix.x4 per
  * four mma); a block of 4 such warps fits twice on an SM, so that one block's barrier and
- * copies overlap the other's mma; bk 64 halves the barriers per FLOP. */
+ * copies overlap the other's mma; bk 64 halves the barriers per FLOP. Tiles 8 to 11 are the
+ * warpgroup kernel's (sm_90): on the H200, 128 x 256 (tile 8) measured 697 and 721 TFLOP/s for
+ * bf16 at 4096^3 and 8192^3, against 690 and 715 for 256 x 128 (tile 10) and 457 and 503 for
+ * 128 x 128 (tile 9, before C went out through shared memory). */
 typedef struct cg_mma_tile {
     int bm, bn, bk, wm, wn, stages, min_blocks;
     bool pipe; /* on sm_90 for f16/bf16 only: elsewhere ptxas spills (tf32's single loads, sm_80) */
@@ -154,7 +165,7 @@ static const cg_mma_tile CG_MMA_TILES[] = {
     {128, 256, 32, 2, 4, 4, 1, true, false}, /* 6: tile 1 with 4 stages */
     {256, 128, 64, 4, 2, 3, 1, false, false}, /* 7: tile 3 with bk 64 */
     {128, 256, 0, 8, 1, 4, 1, false, true},  /* 8: 2 warpgroups of 64 x 256 */
-    {128, 128, 0, 8, 1, 5, 1, false, true},  /* 9: 2 warpgroups of 64 x 128 */
+    {128, 128, 0, 8, 1, 5, 1, false, true},  /* 9: 2 warpgroups of 64 x 128: fewer tiles than SMs */
     {256, 128, 0, 8, 1, 4, 1, false, true},  /* 10: 2 warpgroups of 128 x 128 (two slabs each) */
     {64, 128, 0, 4, 1, 4, 2, false, true},   /* 11: 1 warpgroup, two blocks per SM: small problems */
 };

@@ -258,10 +258,11 @@ static int choose_tile(rt_device *dev, const cuda_mm_problem *p)
     int sms = cuda_dev(dev)->sms;
     int64_t tiles = p->batch * ((p->m + 127) / 128) * ((p->n + 127) / 128);
     int64_t wide = p->batch * ((p->m + 127) / 128) * ((p->n + 255) / 256);
-    /* sm_90: the warpgroup kernel; 128 x 256 tiles where they fill the SMs, else 128 x 128,
-     * else a warpgroup's 64 x 128 (two blocks per SM) */
+    /* sm_90: the warpgroup kernel. 128 x 256 tiles run at about 1.5 times the rate of 128 x
+     * 128 ones (ptx_mma.h), so they win down to half a wave; below, 128 x 128, then one
+     * warpgroup's 64 x 128 (two blocks per SM) for the smallest problems */
     if (cc == 90)
-        return wide >= sms ? 8 : tiles >= sms ? 9 : 11;
+        return 2 * wide >= sms ? 8 : 2 * tiles >= sms ? 9 : 11;
     /* 64 x 64 warp tiles read shared memory least per mma; tile 4's blocks of 4 such warps run
      * two per SM, so one block's barrier and copies hide behind the other's mma. Fewer
      * 128 x 128 tiles than SMs leaves SMs idle: 64 x 64 ones. For f16/bf16 with enough work,
@@ -330,6 +331,8 @@ static bool tensor_map(cuda_device *cd, CUtensorMap *map, int type, CUdeviceptr 
                        int64_t ld, int64_t bs, int64_t batch, int box0, int box1)
 {
     enum { DT_F16 = 6, DT_F32 = 7, DT_BF16 = 9, SWIZZLE_128B = 3, L2_256B = 3 };
+    if (inner > INT32_MAX || outer > INT32_MAX) /* the kernel's box coordinates are 32-bit */
+        return false;
     int esz = type == CG_MMA_TF32 ? 4 : 2;
     uint64_t row = ld > 0 ? (uint64_t)ld * esz : ((uint64_t)inner * esz + 15) / 16 * 16;
     uint64_t nb = bs == 0 ? 1 : (uint64_t)batch;
