@@ -213,8 +213,8 @@ BURNC_API burnc_status_t burnc_device_sync(burnc_device_t *dev);
  * results bitwise). Devices that never fuse (ref) accept and ignore it. Errors:
  * BURNC_ERR_INVALID_ARGUMENT (NULL device). Thread safe. */
 BURNC_API burnc_status_t burnc_device_set_fusion(burnc_device_t *dev, bool enabled);
-/* Lets float32 matmuls on the device run on TF32 tensor cores (inputs rounded to a 10-bit
- * mantissa, products accumulated in f32, summation order the hardware's) where the device has
+/* Lets float32 matmuls on the device run on TF32 tensor cores (inputs cut to a 10-bit
+ * mantissa, burnc_matmul says how; products accumulated in f32, summation order the hardware's) where the device has
  * them (cuda, compute capability 8.0 and up). Off by default, and at open unless the environment
  * has BURNC_MATMUL_TF32=1: f32 matmuls keep the exact f32 fma chain of burnc_matmul. Devices
  * without TF32 accept and ignore it. Work recorded before the call is flushed first. Errors:
@@ -469,13 +469,14 @@ BURNC_API burnc_tensor_t *burnc_layer_norm_affine(burnc_tensor_t *x, int normali
  * of the exact operands summed in f32 in the hardware's order (not the fma chain above), the
  * result rounded once to the dtype, so they differ from the cpu device's bits but agree with
  * ref within one rounding of the dtype plus K * 2^-23 * sum |a[i][k] b[k][j]|. With TF32 allowed
- * (burnc_device_set_matmul_tf32) f32 matmuls do the same with each operand first rounded to a
- * 10-bit mantissa (to nearest, ties away): within K * 2^-23 * sum |a b| plus 2^-10 * sum |a b|
- * of ref. Operands whose rows are not 16-byte aligned, or with no unit-stride axis, take the
- * f32 fma chain instead. Every other float matmul on cuda runs the fma chain above on the GPU,
- * bitwise equal to the cpu device, with element-wise work that fusion puts right after it
- * (bias, activation, residual, scale, cast) applied in its stores, bitwise as if run apart;
- * integer matmuls run on the host with ref's kernels. */
+ * (burnc_device_set_matmul_tf32) f32 matmuls do the same with each operand first cut to a
+ * 10-bit mantissa: rounded to nearest, ties away, on compute capability 8.x; truncated (the low
+ * 13 bits dropped, as Hopper's wgmma reads them) on 9.0: within K * 2^-23 * sum |a b| plus
+ * 2^-9 * sum |a b| of ref. Operands whose rows are not 16-byte aligned, or with no unit-stride
+ * axis, take the f32 fma chain instead. Every other float matmul on cuda runs the fma chain
+ * above on the GPU, bitwise equal to the cpu device, with element-wise work that fusion puts
+ * right after it (bias, activation, residual, scale, cast) applied in its stores, bitwise as if
+ * run apart; integer matmuls run on the host with ref's kernels. */
 BURNC_API burnc_tensor_t *burnc_matmul(burnc_tensor_t *a, burnc_tensor_t *b);
 
 /* ---- Movement ---------------------------------------------------------------------------- */
