@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "codegen/cg.h"
+#include "autotune.h"
 #include "codegen/ptx_mma.h"
 #include "common.h"
 #include "cuda/cu.h"
@@ -342,6 +343,41 @@ Test(cuda_mma, warpgroup_every_layout)
             }
     bt_expect_usable(dev);
     burnc_device_release(dev);
+    BT_LEAK_CHECK();
+}
+
+/* Autotune (family cuda.mma): a miss in mode on times the tiles of the device's kind and keeps
+ * the result within the bound; the same problem again is answered from memory. */
+static int tuned_mma, tuned_choice = -1;
+static void watch_tuning(void *user, const at_query *q, const at_outcome *o)
+{
+    (void)user;
+    if (strcmp(q->family->name, "cuda.mma") == 0 && o->tuned)
+        tuned_mma++, tuned_choice = o->choice;
+}
+
+Test(cuda_mma, autotune_times_the_tiles_and_remembers)
+{
+    char dir[] = "/tmp/burnc-mma-tune-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    setenv("BURNC_CACHE_DIR", dir, 1);
+    burnc_device_t *dev = open_gpu();
+    int cc = cuda_dev(rt_dev(dev))->cc;
+    at_set_mode(AT_MODE_ON);
+    at_set_observer(watch_tuning, NULL);
+    mm_case c = dense(BURNC_DTYPE_BF16, 300, 520, 200, 8, -1);
+    run_case(dev, &c, 77);
+    cr_expect_eq(tuned_mma, 1, "%d tuning runs of cuda.mma for one problem", tuned_mma);
+    cr_expect(tuned_choice >= 0 && CG_MMA_TILES[tuned_choice].wg == (cc == 90) && cg_mma_tile_ok(cc, tuned_choice),
+              "tuning chose tile %d on sm_%d", tuned_choice, cc);
+    run_case(dev, &c, 78);
+    cr_expect_eq(tuned_mma, 1, "the same problem was tuned again");
+    at_set_observer(NULL, NULL);
+    bt_expect_usable(dev);
+    burnc_device_release(dev);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
     BT_LEAK_CHECK();
 }
 

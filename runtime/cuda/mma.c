@@ -6,11 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 #include <time.h>
 
 #include "burnc_config.h"
 #include "codegen/kcache.h"
 #include "codegen/ptx_mma.h"
+#include "autotune.h"
 #include "runtime/cuda/mma.h"
 
 #ifdef BURNC_LLVM_VERSION
@@ -243,25 +245,16 @@ static bool layout(int64_t rows, int64_t k, int64_t rs, int64_t ks, bool *kmaj, 
     return *ld >= 0;
 }
 
-static int choose_tile(rt_device *dev, const cuda_mm_problem *p)
+/* The tile without a decision: the warpgroup kernel's on sm_90, mma.sync's elsewhere. */
+static int heuristic(const cuda_device *cd, const cuda_mm_problem *p)
 {
-    cuda_mma_cache *c = cache_of(dev);
-    int cc = cuda_dev(dev)->cc, forced = c ? atomic_load(&c->forced) : -1;
-    const char *env = getenv("BURNC_CUDA_MMA_TILE");
-    if (forced < 0 && env && *env) {
-        char *end;
-        long v = strtol(env, &end, 10);
-        forced = !*end && v >= 0 && v < CG_MMA_N_TILES ? (int)v : -1;
-    }
-    if (forced >= 0 && cg_mma_tile_ok(cc, forced))
-        return forced;
-    int sms = cuda_dev(dev)->sms;
+    int sms = cd->sms;
     int64_t tiles = p->batch * ((p->m + 127) / 128) * ((p->n + 127) / 128);
     int64_t wide = p->batch * ((p->m + 127) / 128) * ((p->n + 255) / 256);
-    /* sm_90: the warpgroup kernel. 128 x 256 tiles run at about 1.5 times the rate of 128 x
-     * 128 ones (ptx_mma.h), so they win down to half a wave; below, 128 x 128, then one
-     * warpgroup's 64 x 128 (two blocks per SM) for the smallest problems */
-    if (cc == 90)
+    /* sm_90: 128 x 256 tiles run at about 1.5 times the rate of 128 x 128 ones (ptx_mma.h),
+     * so they win down to half a wave; below, 128 x 128, then one warpgroup's 64 x 128 (two
+     * blocks per SM) for the smallest problems */
+    if (cd->cc == 90)
         return 2 * wide >= sms ? 8 : 2 * tiles >= sms ? 9 : 11;
     /* 64 x 64 warp tiles read shared memory least per mma; tile 4's blocks of 4 such warps run
      * two per SM, so one block's barrier and copies hide behind the other's mma. Fewer
@@ -346,7 +339,10 @@ static bool tensor_map(cuda_device *cd, CUtensorMap *map, int type, CUdeviceptr 
 
 /* Takes the device's lock to launch (and once to create the kernel table): the caller must
  * not hold it. */
-burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool allow_tf32, bool *taken)
+static int choose_tile(rt_device *dev, const cuda_mm_problem *p, int type, bool a_kmaj, bool b_kmaj);
+
+/* The engine with tile variant `tile` (-1: choose_tile's). */
+static burnc_status_t run(rt_device *dev, const cuda_mm_problem *p, bool allow_tf32, int tile, bool *taken)
 {
     *taken = false;
     cuda_device *cd = cuda_dev(dev);
@@ -362,7 +358,8 @@ burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool al
     int esz = type == CG_MMA_TF32 ? 4 : 2, per = 16 / esz;
     if (a_ld % per || b_ld % per || p->a_bs % per || p->b_bs % per || p->a % 16 || p->b % 16 || p->c % esz)
         return BURNC_OK;
-    int tile = choose_tile(dev, p);
+    if (tile < 0)
+        tile = choose_tile(dev, p, type, a_kmaj, b_kmaj);
     bool wg = CG_MMA_TILES[tile].wg;
     /* a tf32 operand stored the other way round is transposed first for the warpgroup kernel,
      * within the transpose's grid (rows / 32 blocks along y) */
@@ -441,4 +438,139 @@ burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool al
     if (tb.buf)
         rt_pool_free(dev, tb.buf);
     return st;
+}
+
+/* ---- Autotune: family "cuda.mma" -------------------------------------------------------------
+ * Which tile variant runs a tensor-core problem. The candidates of one device are one kind of
+ * kernel (the warpgroup tiles on sm_90, the mma.sync ones elsewhere): each sums every output's
+ * k-steps in the same order with the same instruction shape along k, so a decision does not
+ * move a result. Key: the type, M, N and K in buckets, the batch count in buckets, and which
+ * axis of each operand is contiguous. Tuning (BURNC_AUTOTUNE=on, a miss) times the valid tiles
+ * on private zero-filled buffers of the problem's shape. */
+
+static char tile_text[CG_MMA_N_TILES][48];
+static const char *tile_names[CG_MMA_N_TILES];
+static once_flag names_once = ONCE_FLAG_INIT;
+static void names_init(void)
+{
+    for (int t = 0; t < CG_MMA_N_TILES; t++) {
+        const cg_mma_tile *x = &CG_MMA_TILES[t];
+        snprintf(tile_text[t], sizeof tile_text[t], "%s%dx%dx%d w%dx%d s%d c%d%s", x->wg ? "wg " : "", x->bm, x->bn,
+                 x->bk, x->wm, x->wn, x->stages, x->min_blocks, x->pipe ? " p" : "");
+        tile_names[t] = tile_text[t];
+    }
+}
+static at_family fam_mma = {"cuda.mma", CG_MMA_N_TILES, tile_names};
+
+typedef struct mma_bench {
+    rt_device *dev;
+    cuda_mm_problem p;
+    CUevent ev[2];
+} mma_bench;
+
+static double time_tile(void *user, int t)
+{
+    mma_bench *b = user;
+    cuda_device *cd = cuda_dev(b->dev);
+    bool taken = false;
+    if (run(b->dev, &b->p, true, t, &taken) != BURNC_OK || !taken) /* warm-up, and the compile */
+        return -1;
+    mtx_lock(&cd->lock);
+    bool ok = cd->cu->EventRecord(b->ev[0], cd->stream) == CUDA_SUCCESS;
+    mtx_unlock(&cd->lock);
+    for (int i = 0; i < 3 && ok; i++)
+        ok = run(b->dev, &b->p, true, t, &taken) == BURNC_OK;
+    float ms = 0;
+    mtx_lock(&cd->lock);
+    ok = ok && cd->cu->EventRecord(b->ev[1], cd->stream) == CUDA_SUCCESS;
+    mtx_unlock(&cd->lock);
+    if (!ok || cd->cu->EventSynchronize(b->ev[1]) != CUDA_SUCCESS ||
+        cd->cu->EventElapsedTime(&ms, b->ev[0], b->ev[1]) != CUDA_SUCCESS)
+        return -1;
+    return (double)ms / 3;
+}
+
+/* Times the candidates on dense zero-filled operands stored like p's (one batch). */
+static int tune(rt_device *dev, const cuda_mm_problem *p0, bool a_kmaj, bool b_kmaj, const at_query *q)
+{
+    cuda_device *cd = cuda_dev(dev);
+    mma_bench b = {.dev = dev, .p = *p0};
+    int64_t es = p0->dt == BURNC_DTYPE_F32 ? 4 : 2, m = p0->m, n = p0->n, k = p0->k;
+    int64_t lda = ((a_kmaj ? k : m) + 7) / 8 * 8, ldb = ((b_kmaj ? k : n) + 7) / 8 * 8; /* 16-byte rows */
+    b.p.batch = 1, b.p.a_bs = b.p.b_bs = 0, b.p.c_bs = m * n;
+    b.p.a_rs = a_kmaj ? lda : 1, b.p.a_ks = a_kmaj ? 1 : lda;
+    b.p.b_cs = b_kmaj ? ldb : 1, b.p.b_ks = b_kmaj ? 1 : ldb;
+    rt_buffer *ba = NULL, *bb = NULL, *bc = NULL;
+    rt_error_state saved;
+    rt_error_save(&saved);
+    bool ok = rt_pool_alloc(dev, (size_t)((a_kmaj ? m : k) * lda * es), &ba) == BURNC_OK &&
+              rt_pool_alloc(dev, (size_t)((b_kmaj ? n : k) * ldb * es), &bb) == BURNC_OK &&
+              rt_pool_alloc(dev, (size_t)(m * n * es), &bc) == BURNC_OK &&
+              cd->cu->EventCreate(&b.ev[0], CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
+              cd->cu->EventCreate(&b.ev[1], CU_EVENT_DEFAULT) == CUDA_SUCCESS;
+    if (ok) {
+        mtx_lock(&cd->lock);
+        ok = cuda_batch_submit_locked(dev) == BURNC_OK &&
+             cd->cu->MemsetD8Async(cuda_ptr(ba), 0, ba->size, cd->stream) == CUDA_SUCCESS &&
+             cd->cu->MemsetD8Async(cuda_ptr(bb), 0, bb->size, cd->stream) == CUDA_SUCCESS;
+        mtx_unlock(&cd->lock);
+    }
+    b.p.a = ok ? cuda_ptr(ba) : 0, b.p.b = ok ? cuda_ptr(bb) : 0, b.p.c = ok ? cuda_ptr(bc) : 0;
+    int c = at_decide(q, ok ? time_tile : NULL, ok ? &b : NULL, NULL);
+    for (int i = 0; i < 2; i++)
+        if (b.ev[i])
+            cd->cu->EventDestroy(b.ev[i]);
+    rt_buffer *bufs[3] = {ba, bb, bc};
+    for (int i = 0; i < 3; i++)
+        if (bufs[i])
+            rt_pool_free(dev, bufs[i]);
+    rt_error_restore(&saved); /* a candidate that failed to time is only dropped */
+    return c;
+}
+
+static int choose_tile(rt_device *dev, const cuda_mm_problem *p, int type, bool a_kmaj, bool b_kmaj)
+{
+    cuda_mma_cache *c = cache_of(dev);
+    cuda_device *cd = cuda_dev(dev);
+    int forced = c ? atomic_load(&c->forced) : -1;
+    const char *env = getenv("BURNC_CUDA_MMA_TILE");
+    if (forced < 0 && env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        forced = !*end && v >= 0 && v < CG_MMA_N_TILES ? (int)v : -1;
+    }
+    if (forced >= 0 && cg_mma_tile_ok(cd->cc, forced))
+        return forced;
+    int h = heuristic(cd, p);
+    bool valid[CG_MMA_N_TILES];
+    for (int t = 0; t < CG_MMA_N_TILES; t++) {
+        cg_mma_spec s = cg_mma_variant(cd->cc, type, t, !a_kmaj, b_kmaj);
+        valid[t] = CG_MMA_TILES[t].wg == (cd->cc == 90) && cg_mma_tile_ok(cd->cc, t) &&
+                   cg_mma_smem_bytes(&s) <= (uint32_t)cd->max_shared_optin;
+    }
+    if (!valid[h])
+        return h;
+    const char *rec = getenv("BURNC_AUTOTUNE_RECORD");
+    if (rec && *rec && p->batch == 1) { /* burnc-tune's workload syntax, as gemm.c's */
+        char line[96];
+        snprintf(line, sizeof line, "matmul:%lldx%lldx%lld:%s", (long long)p->m, (long long)p->k, (long long)p->n,
+                 burnc_dtype_name(p->dt));
+        at_record_line(line);
+    }
+    call_once(&names_once, names_init);
+    static const char *types[] = {"f16", "bf16", "tf32"};
+    at_buckets bk = at_get_buckets();
+    char key[160];
+    snprintf(key, sizeof key, "%s m%lld n%lld k%lld b%lld a%c b%c", types[type], (long long)at_bucket(p->m, bk),
+             (long long)at_bucket(p->n, bk), (long long)at_bucket(p->k, bk), (long long)at_bucket(p->batch, bk),
+             a_kmaj ? 'k' : 'm', b_kmaj ? 'k' : 'n');
+    at_query q = {.fingerprint = cuda_tune_fingerprint(dev), .family = &fam_mma, .key = key, .heuristic = h,
+                  .valid = valid};
+    int t = at_get_mode() == AT_MODE_ON ? tune(dev, p, a_kmaj, b_kmaj, &q) : at_decide(&q, NULL, NULL, NULL);
+    return t >= 0 && t < CG_MMA_N_TILES && valid[t] ? t : h;
+}
+
+burnc_status_t cuda_mma_matmul(rt_device *dev, const cuda_mm_problem *p, bool allow_tf32, bool *taken)
+{
+    return run(dev, p, allow_tf32, -1, taken);
 }
