@@ -588,74 +588,82 @@ burnc_status_t cuda_gemm_kernel_launched(rt_device *dev, const kir_kernel *k, co
 
 /* ---- Autotune's timing and the test hooks ---- */
 
-typedef struct mm_bench {
-    rt_device *dev;
-    cuda_gemm_state *g;
-    cuda_mm_problem p;
-    CUevent ev[2];
-} mm_bench;
-
-static double time_tile(void *user, int t)
+static bool timing_prepare(cuda_mm_timing *t)
 {
-    mm_bench *b = user;
-    cuda_device *cd = cuda_dev(b->dev);
-    if (simt_run(b->dev, b->g, &b->p, t) != BURNC_OK) /* warm-up, and the compile */
+    cuda_device *cd = cuda_dev(t->dev);
+    t->tried = true;
+    bool ok = rt_pool_alloc(t->dev, t->a_bytes, &t->buf[0]) == BURNC_OK &&
+              rt_pool_alloc(t->dev, t->b_bytes, &t->buf[1]) == BURNC_OK &&
+              rt_pool_alloc(t->dev, t->c_bytes, &t->buf[2]) == BURNC_OK &&
+              cd->cu->EventCreate(&t->ev[0], CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
+              cd->cu->EventCreate(&t->ev[1], CU_EVENT_DEFAULT) == CUDA_SUCCESS;
+    if (ok) {
+        mtx_lock(&cd->lock);
+        ok = cuda_batch_submit_locked(t->dev) == BURNC_OK &&
+             cd->cu->MemsetD8Async(cuda_ptr(t->buf[0]), 0, t->buf[0]->size, cd->stream) == CUDA_SUCCESS &&
+             cd->cu->MemsetD8Async(cuda_ptr(t->buf[1]), 0, t->buf[1]->size, cd->stream) == CUDA_SUCCESS;
+        mtx_unlock(&cd->lock);
+    }
+    if (ok)
+        t->p.a = cuda_ptr(t->buf[0]), t->p.b = cuda_ptr(t->buf[1]), t->p.c = cuda_ptr(t->buf[2]);
+    return ok;
+}
+
+/* One timed run of candidate c: a warm-up (and the compile), then the mean of three. */
+static double time_candidate(void *user, int c)
+{
+    cuda_mm_timing *t = user;
+    cuda_device *cd = cuda_dev(t->dev);
+    if ((!t->tried && !timing_prepare(t)) || !t->p.a || t->run(t, c) != BURNC_OK)
         return -1;
     mtx_lock(&cd->lock);
-    bool ok = cd->cu->EventRecord(b->ev[0], cd->stream) == CUDA_SUCCESS;
+    bool ok = cd->cu->EventRecord(t->ev[0], cd->stream) == CUDA_SUCCESS;
     mtx_unlock(&cd->lock);
     for (int i = 0; i < 3 && ok; i++)
-        ok = simt_run(b->dev, b->g, &b->p, t) == BURNC_OK;
+        ok = t->run(t, c) == BURNC_OK;
     float ms = 0;
     mtx_lock(&cd->lock);
-    ok = ok && cd->cu->EventRecord(b->ev[1], cd->stream) == CUDA_SUCCESS;
+    ok = ok && cd->cu->EventRecord(t->ev[1], cd->stream) == CUDA_SUCCESS;
     mtx_unlock(&cd->lock);
-    if (!ok || cd->cu->EventSynchronize(b->ev[1]) != CUDA_SUCCESS ||
-        cd->cu->EventElapsedTime(&ms, b->ev[0], b->ev[1]) != CUDA_SUCCESS)
+    if (!ok || cd->cu->EventSynchronize(t->ev[1]) != CUDA_SUCCESS ||
+        cd->cu->EventElapsedTime(&ms, t->ev[0], t->ev[1]) != CUDA_SUCCESS)
         return -1;
     return (double)ms / 3;
 }
 
-/* Tunes the tile for p on private buffers shaped like it (zeros: every candidate does the same
- * work), dense in p's layouts, without its epilogue; the heuristic when they cannot be had. */
-int cuda_mm_tune(rt_device *dev, const cuda_mm_problem *p0, const at_query *q, at_outcome *how)
+int cuda_mm_timed_decide(cuda_mm_timing *t, const at_query *q, at_outcome *how)
 {
-    cuda_gemm_state *g = state(dev);
-    cuda_device *cd = cuda_dev(dev);
-    mm_bench b = {.dev = dev, .g = g, .p = *p0};
-    b.p.epilogue = NULL;
-    b.p.batch = 1;
-    int64_t es = (int64_t)ir_dtype_size(p0->dt);
-    bool at = p0->a_rs == 1 && p0->a_ks != 1, bt = p0->b_ks == 1 && p0->b_cs != 1;
-    b.p.a_rs = at ? 1 : p0->k, b.p.a_ks = at ? p0->m : 1;
-    b.p.b_ks = bt ? 1 : p0->n, b.p.b_cs = bt ? p0->k : 1;
-    b.p.a_bs = b.p.b_bs = 0, b.p.c_bs = p0->m * p0->n;
-    rt_buffer *ba = NULL, *bb = NULL, *bc = NULL;
+    cuda_device *cd = cuda_dev(t->dev);
+    t->p.a = t->p.b = t->p.c = 0;
     rt_error_state saved;
     rt_error_save(&saved);
-    bool ok = rt_pool_alloc(dev, (size_t)(p0->m * p0->k * es), &ba) == BURNC_OK &&
-              rt_pool_alloc(dev, (size_t)(p0->k * p0->n * es), &bb) == BURNC_OK &&
-              rt_pool_alloc(dev, (size_t)(p0->m * p0->n * es), &bc) == BURNC_OK &&
-              cd->cu->EventCreate(&b.ev[0], CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
-              cd->cu->EventCreate(&b.ev[1], CU_EVENT_DEFAULT) == CUDA_SUCCESS;
-    if (ok) {
-        mtx_lock(&cd->lock);
-        ok = cuda_batch_submit_locked(dev) == BURNC_OK &&
-             cd->cu->MemsetD8Async(cuda_ptr(ba), 0, ba->size, cd->stream) == CUDA_SUCCESS &&
-             cd->cu->MemsetD8Async(cuda_ptr(bb), 0, bb->size, cd->stream) == CUDA_SUCCESS;
-        mtx_unlock(&cd->lock);
-    }
-    b.p.a = ok ? cuda_ptr(ba) : 0, b.p.b = ok ? cuda_ptr(bb) : 0, b.p.c = ok ? cuda_ptr(bc) : 0;
-    int c = at_decide(q, ok ? time_tile : NULL, ok ? &b : NULL, how);
+    int c = at_decide(q, time_candidate, t, how);
     for (int i = 0; i < 2; i++)
-        if (b.ev[i])
-            cd->cu->EventDestroy(b.ev[i]);
-    rt_buffer *bufs[3] = {ba, bb, bc};
+        if (t->ev[i])
+            cd->cu->EventDestroy(t->ev[i]);
     for (int i = 0; i < 3; i++)
-        if (bufs[i])
-            rt_pool_free(dev, bufs[i]);
+        if (t->buf[i])
+            rt_pool_free(t->dev, t->buf[i]);
     rt_error_restore(&saved); /* a candidate that failed to time is only dropped */
     return c;
+}
+
+static burnc_status_t simt_candidate(cuda_mm_timing *t, int c) { return simt_run(t->dev, state(t->dev), &t->p, c); }
+
+/* p's shape, dense in its layouts, without its epilogue. */
+int cuda_mm_tune(rt_device *dev, const cuda_mm_problem *p0, const at_query *q, at_outcome *how)
+{
+    cuda_mm_timing t = {.dev = dev, .p = *p0, .run = simt_candidate};
+    cuda_mm_problem *p = &t.p;
+    size_t es = ir_dtype_size(p0->dt);
+    bool at = p0->a_rs == 1 && p0->a_ks != 1, bt = p0->b_ks == 1 && p0->b_cs != 1;
+    p->epilogue = NULL;
+    p->batch = 1;
+    p->a_rs = at ? 1 : p->k, p->a_ks = at ? p->m : 1;
+    p->b_ks = bt ? 1 : p->n, p->b_cs = bt ? p->k : 1;
+    p->a_bs = p->b_bs = 0, p->c_bs = p->m * p->n;
+    t.a_bytes = (size_t)(p->m * p->k) * es, t.b_bytes = (size_t)(p->k * p->n) * es, t.c_bytes = (size_t)(p->m * p->n) * es;
+    return cuda_mm_timed_decide(&t, q, how);
 }
 
 bool cuda_test_gemm_force_tile(rt_device *dev, int t)

@@ -36,6 +36,23 @@ int cuda_mm_heuristic(const cuda_device *cd, const cuda_mm_problem *p, const boo
 /* at_decide for q, timing candidates on private buffers shaped like p (gemm.c). */
 int cuda_mm_tune(rt_device *dev, const cuda_mm_problem *p, const at_query *q, at_outcome *how);
 
+/* Timing matmul candidates for autotune (both engines): p is the problem laid out densely in
+ * one batch over private operands of a_bytes, b_bytes and c_bytes, which are made (A and B
+ * zero-filled: every candidate does the same work) on the first timing only, so a decision
+ * found in memory or in the store costs no allocation and no device work. run launches
+ * candidate c on p. */
+typedef struct cuda_mm_timing {
+    rt_device *dev;
+    cuda_mm_problem p;
+    size_t a_bytes, b_bytes, c_bytes;
+    burnc_status_t (*run)(struct cuda_mm_timing *t, int c);
+    bool tried;
+    rt_buffer *buf[3];
+    CUevent ev[2];
+} cuda_mm_timing;
+/* at_decide for q with t's timings; frees what they made. */
+int cuda_mm_timed_decide(cuda_mm_timing *t, const at_query *q, at_outcome *how);
+
 /* ---- Test hooks ---- */
 /* Every SIMT launch uses tile t (-1: autotune decides); false when t is not a tile. */
 bool cuda_test_gemm_force_tile(rt_device *dev, int t);

@@ -12,8 +12,7 @@
 #include "burnc_config.h"
 #include "codegen/kcache.h"
 #include "codegen/ptx_mma.h"
-#include "autotune.h"
-#include "runtime/cuda/mma.h"
+#include "runtime/cuda/gemm.h"
 
 #ifdef BURNC_LLVM_VERSION
 #define COMPILER_ID "llvm-" BURNC_LLVM_VERSION
@@ -462,70 +461,26 @@ static void names_init(void)
 }
 static at_family fam_mma = {"cuda.mma", CG_MMA_N_TILES, tile_names};
 
-typedef struct mma_bench {
-    rt_device *dev;
-    cuda_mm_problem p;
-    CUevent ev[2];
-} mma_bench;
-
-static double time_tile(void *user, int t)
+static burnc_status_t mma_candidate(cuda_mm_timing *t, int c)
 {
-    mma_bench *b = user;
-    cuda_device *cd = cuda_dev(b->dev);
     bool taken = false;
-    if (run(b->dev, &b->p, true, t, &taken) != BURNC_OK || !taken) /* warm-up, and the compile */
-        return -1;
-    mtx_lock(&cd->lock);
-    bool ok = cd->cu->EventRecord(b->ev[0], cd->stream) == CUDA_SUCCESS;
-    mtx_unlock(&cd->lock);
-    for (int i = 0; i < 3 && ok; i++)
-        ok = run(b->dev, &b->p, true, t, &taken) == BURNC_OK;
-    float ms = 0;
-    mtx_lock(&cd->lock);
-    ok = ok && cd->cu->EventRecord(b->ev[1], cd->stream) == CUDA_SUCCESS;
-    mtx_unlock(&cd->lock);
-    if (!ok || cd->cu->EventSynchronize(b->ev[1]) != CUDA_SUCCESS ||
-        cd->cu->EventElapsedTime(&ms, b->ev[0], b->ev[1]) != CUDA_SUCCESS)
-        return -1;
-    return (double)ms / 3;
+    burnc_status_t st = run(t->dev, &t->p, true, c, &taken);
+    return st == BURNC_OK && !taken ? BURNC_ERR_UNAVAILABLE : st;
 }
 
-/* Times the candidates on dense zero-filled operands stored like p's (one batch). */
+/* The decision for q, timing the candidates on a miss with dense operands stored like p's. */
 static int tune(rt_device *dev, const cuda_mm_problem *p0, bool a_kmaj, bool b_kmaj, const at_query *q)
 {
-    cuda_device *cd = cuda_dev(dev);
-    mma_bench b = {.dev = dev, .p = *p0};
-    int64_t es = p0->dt == BURNC_DTYPE_F32 ? 4 : 2, m = p0->m, n = p0->n, k = p0->k;
+    cuda_mm_timing t = {.dev = dev, .p = *p0, .run = mma_candidate};
+    cuda_mm_problem *p = &t.p;
+    int64_t es = p->dt == BURNC_DTYPE_F32 ? 4 : 2, m = p->m, n = p->n, k = p->k;
     int64_t lda = ((a_kmaj ? k : m) + 7) / 8 * 8, ldb = ((b_kmaj ? k : n) + 7) / 8 * 8; /* 16-byte rows */
-    b.p.batch = 1, b.p.a_bs = b.p.b_bs = 0, b.p.c_bs = m * n;
-    b.p.a_rs = a_kmaj ? lda : 1, b.p.a_ks = a_kmaj ? 1 : lda;
-    b.p.b_cs = b_kmaj ? ldb : 1, b.p.b_ks = b_kmaj ? 1 : ldb;
-    rt_buffer *ba = NULL, *bb = NULL, *bc = NULL;
-    rt_error_state saved;
-    rt_error_save(&saved);
-    bool ok = rt_pool_alloc(dev, (size_t)((a_kmaj ? m : k) * lda * es), &ba) == BURNC_OK &&
-              rt_pool_alloc(dev, (size_t)((b_kmaj ? n : k) * ldb * es), &bb) == BURNC_OK &&
-              rt_pool_alloc(dev, (size_t)(m * n * es), &bc) == BURNC_OK &&
-              cd->cu->EventCreate(&b.ev[0], CU_EVENT_DEFAULT) == CUDA_SUCCESS &&
-              cd->cu->EventCreate(&b.ev[1], CU_EVENT_DEFAULT) == CUDA_SUCCESS;
-    if (ok) {
-        mtx_lock(&cd->lock);
-        ok = cuda_batch_submit_locked(dev) == BURNC_OK &&
-             cd->cu->MemsetD8Async(cuda_ptr(ba), 0, ba->size, cd->stream) == CUDA_SUCCESS &&
-             cd->cu->MemsetD8Async(cuda_ptr(bb), 0, bb->size, cd->stream) == CUDA_SUCCESS;
-        mtx_unlock(&cd->lock);
-    }
-    b.p.a = ok ? cuda_ptr(ba) : 0, b.p.b = ok ? cuda_ptr(bb) : 0, b.p.c = ok ? cuda_ptr(bc) : 0;
-    int c = at_decide(q, ok ? time_tile : NULL, ok ? &b : NULL, NULL);
-    for (int i = 0; i < 2; i++)
-        if (b.ev[i])
-            cd->cu->EventDestroy(b.ev[i]);
-    rt_buffer *bufs[3] = {ba, bb, bc};
-    for (int i = 0; i < 3; i++)
-        if (bufs[i])
-            rt_pool_free(dev, bufs[i]);
-    rt_error_restore(&saved); /* a candidate that failed to time is only dropped */
-    return c;
+    p->batch = 1, p->a_bs = p->b_bs = 0, p->c_bs = m * n;
+    p->a_rs = a_kmaj ? lda : 1, p->a_ks = a_kmaj ? 1 : lda;
+    p->b_cs = b_kmaj ? ldb : 1, p->b_ks = b_kmaj ? 1 : ldb;
+    t.a_bytes = (size_t)((a_kmaj ? m : k) * lda * es), t.b_bytes = (size_t)((b_kmaj ? n : k) * ldb * es);
+    t.c_bytes = (size_t)(m * n * es);
+    return cuda_mm_timed_decide(&t, q, NULL);
 }
 
 static int choose_tile(rt_device *dev, const cuda_mm_problem *p, int type, bool a_kmaj, bool b_kmaj)
