@@ -89,6 +89,26 @@ LLVMValueRef cg_call_intrinsic(cg_emit *g, const char *name, LLVMTypeRef *tys, i
                                int n_args);
 LLVMValueRef cg_intrinsic1(cg_emit *g, const char *name, LLVMValueRef a);
 
+/* ---- Control flow ------------------------------------------------------------------------- */
+
+/* if (cond) { ... }: leaves the builder in the body (a block named name) and returns the block
+ * the branch joins, which cg_if_end closes the body into. */
+static inline LLVMBasicBlockRef cg_if_begin(cg_emit *g, LLVMValueRef cond, const char *name)
+{
+    LLVMValueRef fn = LLVMGetBasicBlockParent(LLVMGetInsertBlock(g->b));
+    LLVMBasicBlockRef yes = LLVMAppendBasicBlockInContext(g->ctx, fn, name);
+    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(g->ctx, fn, "endif");
+    LLVMBuildCondBr(g->b, cond, yes, join);
+    LLVMPositionBuilderAtEnd(g->b, yes);
+    return join;
+}
+
+static inline void cg_if_end(cg_emit *g, LLVMBasicBlockRef join)
+{
+    LLVMBuildBr(g->b, join);
+    LLVMPositionBuilderAtEnd(g->b, join);
+}
+
 /* ---- Values ------------------------------------------------------------------------------- */
 
 /* A value of type t -> what a dt slot holds, rounded once; and back (kernel.h's loads). */

@@ -1187,21 +1187,6 @@ static void rec_load(gen *g, LLVMValueRef base, LLVMValueRef i, int t, LLVMValue
 
 static void barrier(gen *g) { cg_call_intrinsic(&g->e, "llvm.nvvm.barrier0", NULL, 0, NULL, 0); }
 
-/* Code under a condition: returns the block to continue in after `end_if`. */
-static LLVMBasicBlockRef if_begin(ent *e, LLVMValueRef cond, const char *name)
-{
-    LLVMBasicBlockRef yes = block(e, name), no = block(e, "endif");
-    LLVMBuildCondBr(e->g->e.b, cond, yes, no);
-    LLVMPositionBuilderAtEnd(e->g->e.b, yes);
-    return no;
-}
-
-static void if_end(ent *e, LLVMBasicBlockRef no)
-{
-    LLVMBuildBr(e->g->e.b, no);
-    LLVMPositionBuilderAtEnd(e->g->e.b, no);
-}
-
 /* Leaf `leaf` of row r for stage st (the identity past the last leaf: the warp-uniform
  * branch keeps the shuffles converged). */
 static bool leaf_or_identity(ent *e, rowc *r, int st, LLVMValueRef leaf, LLVMValueRef n_leaves, LLVMValueRef *v,
@@ -1213,14 +1198,14 @@ static bool leaf_or_identity(ent *e, rowc *r, int st, LLVMValueRef leaf, LLVMVal
     LLVMValueRef av = entry_alloca(e, cg_ty_of(&g->e, t)), ap = entry_alloca(e, g->e.t_i64);
     LLVMBuildStore(b, cg_identity(&g->e, comb, t, 1), av);
     LLVMBuildStore(b, ki64(g, INT64_MAX), ap);
-    LLVMBasicBlockRef cont = if_begin(e, LLVMBuildICmp(b, LLVMIntULT, leaf, n_leaves, ""), "leaf");
+    LLVMBasicBlockRef cont = cg_if_begin(&e->g->e, LLVMBuildICmp(b, LLVMIntULT, leaf, n_leaves, ""), "leaf");
     LLVMValueRef start = LLVMBuildShl(b, leaf, ki64(g, LEAF_SHIFT), "");
     LLVMValueRef end = umin64(g, e->row_len, LLVMBuildAdd(b, start, ki64(g, KIR_LEAF), ""));
     LLVMValueRef lv, lp;
     bool ok = leaf_result(e, r, st, start, end, &lv, &lp);
     LLVMBuildStore(b, lv, av);
     LLVMBuildStore(b, lp, ap);
-    if_end(e, cont);
+    cg_if_end(&e->g->e, cont);
     *v = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), av, "");
     *p = LLVMBuildLoad2(b, g->e.t_i64, ap, "");
     return ok;
@@ -1420,9 +1405,9 @@ static bool copy_row(ent *e, rowc *r)
         LLVMValueRef v = LLVMBuildLoad2(b, g->e.t_f32, fast, "");
         for (int m = 1; m < W; m *= 2)
             v = fast_fold(g, v, shfl_xor(g, v, m));
-        LLVMBasicBlockRef cont = if_begin(e, LLVMBuildICmp(b, LLVMIntEQ, e->lane, ki64(g, 0), ""), "part");
+        LLVMBasicBlockRef cont = cg_if_begin(&e->g->e, LLVMBuildICmp(b, LLVMIntEQ, e->lane, ki64(g, 0), ""), "part");
         LLVMBuildStore(b, v, LLVMBuildGEP2(b, g->e.t_f32, g->sh_part, &warp, 1, ""));
-        if_end(e, cont);
+        cg_if_end(&e->g->e, cont);
     }
     barrier(g);
     if (fast) { /* every thread folds the warps' results alike, so the block agrees on the bits */
@@ -1517,24 +1502,24 @@ static bool stage_by_leaves(ent *e, rowc *r, int st, LLVMValueRef *v, LLVMValueR
     loop_begin(e, &li, warp, n_warps, ki64(g, W));
     LLVMValueRef leaf = LLVMBuildAdd(b, LLVMBuildShl(b, c.i, ki64(g, 5), ""), li.i, "");
     bool ok = leaf_or_identity(e, r, st, leaf, n_leaves, v, p);
-    LLVMBasicBlockRef cont = if_begin(e, lane0, "leaf_rec");
+    LLVMBasicBlockRef cont = cg_if_begin(&e->g->e, lane0, "leaf_rec");
     rec_store(g, g->sh_leaf, li.i, *v, *p);
-    if_end(e, cont);
+    cg_if_end(&e->g->e, cont);
     loop_end(e, &li);
     barrier(g);
-    cont = if_begin(e, LLVMBuildICmp(b, LLVMIntEQ, warp, ki64(g, 0), ""), "round");
+    cont = cg_if_begin(&e->g->e, LLVMBuildICmp(b, LLVMIntEQ, warp, ki64(g, 0), ""), "round");
     rec_load(g, g->sh_leaf, e->lane, t, v, p);
     warp_tree(e, comb, t, v, p);
-    LLVMBasicBlockRef cont2 = if_begin(e, lane0, "push");
+    LLVMBasicBlockRef cont2 = cg_if_begin(&e->g->e, lane0, "push");
     stack_push(e, st, g->sh_stack, c.i, *v, *p);
-    if_end(e, cont2);
-    if_end(e, cont);
+    cg_if_end(&e->g->e, cont2);
+    cg_if_end(&e->g->e, cont);
     barrier(g);
     loop_end(e, &c);
-    cont = if_begin(e, thread0, "fold");
+    cont = cg_if_begin(&e->g->e, thread0, "fold");
     stack_fold(e, st, g->sh_stack, n_chunks, v, p);
     rec_store(g, g->sh_res, ki64(g, 0), *v, *p);
-    if_end(e, cont);
+    cg_if_end(&e->g->e, cont);
     barrier(g);
     rec_load(g, g->sh_res, ki64(g, 0), t, v, p);
     barrier(g); /* everyone has read sh_res before a later stage rewrites it */
@@ -1556,11 +1541,11 @@ static bool fast_stage(ent *e, rowc *r, LLVMValueRef *v, LLVMValueRef *p)
     LLVMBuildStore(b, fv, res);
     LLVMValueRef special = LLVMBuildOr(b, LLVMBuildFCmp(b, LLVMRealUNO, fv, fv, ""),
                                        LLVMBuildFCmp(b, LLVMRealOEQ, fv, LLVMConstReal(g->e.t_f32, 0.0), ""), "");
-    LLVMBasicBlockRef cont = if_begin(e, special, "exact_stage");
+    LLVMBasicBlockRef cont = cg_if_begin(&e->g->e, special, "exact_stage");
     LLVMValueRef ev_, ep;
     bool ok = stage_by_leaves(e, r, 0, &ev_, &ep);
     LLVMBuildStore(b, ev_, res);
-    if_end(e, cont);
+    cg_if_end(&e->g->e, cont);
     *v = LLVMBuildLoad2(b, g->e.t_f32, res, "");
     *p = ki64(g, INT64_MAX);
     return ok;
@@ -1652,27 +1637,27 @@ static bool emit_cols(gen *g)
         LLVMValueRef start = LLVMBuildShl(b, lf.i, ki64(g, LEAF_SHIFT), "");
         LLVMValueRef end = umin64(g, e.row_len, LLVMBuildAdd(b, start, ki64(g, KIR_LEAF), ""));
         end = LLVMBuildSelect(b, valid, end, start, "");
-        LLVMBasicBlockRef cont = if_begin(&e, staged, "lanes");
+        LLVMBasicBlockRef cont = cg_if_begin(&e.g->e, staged, "lanes");
         /* the row entries' groups: twice as many (more loads in flight per thread, as rows of
          * one leaf have only 32 lanes) measured 0.25 ms against 0.12 on colsum's 16384 x 1024
          * on the H200 */
         ok = lane_acc(&e, &r, st, LLVMBuildAdd(b, start, lane, ""), end, group_size(k, is_arg_comb(comb)), &v, &p);
         rec_store(g, g->sh_cols, mine, v, p);
-        if_end(&e, cont);
+        cg_if_end(&e.g->e, cont);
         barrier(g);
-        cont = if_begin(&e, staged, "tree");
+        cont = cg_if_begin(&e.g->e, staged, "tree");
         rec_load(g, g->sh_cols, theirs, t, &v, &p);
         warp_tree(&e, comb, t, &v, &p);
-        LLVMBasicBlockRef c2 = if_begin(&e, lane0, "push");
+        LLVMBasicBlockRef c2 = cg_if_begin(&e.g->e, lane0, "push");
         stack_push(&e, st, stack, lf.i, v, p);
-        if_end(&e, c2);
-        if_end(&e, cont);
+        cg_if_end(&e.g->e, c2);
+        cg_if_end(&e.g->e, cont);
         barrier(g); /* the records are read before the next leaf writes them */
         loop_end(&e, &lf);
-        cont = if_begin(&e, LLVMBuildAnd(b, lane0, staged, ""), "fold");
+        cont = cg_if_begin(&e.g->e, LLVMBuildAnd(b, lane0, staged, ""), "fold");
         stack_fold(&e, st, stack, n_leaves, &v, &p);
         rec_store(g, g->sh_cres, warp, v, p);
-        if_end(&e, cont);
+        cg_if_end(&e.g->e, cont);
         barrier(g);
         rec_load(g, g->sh_cres, col, t, &v, &p);
         barrier(g); /* read before a later stage writes it */
@@ -1705,7 +1690,7 @@ static bool emit_leaves(gen *g)
     LLVMBuilderRef b = g->e.b;
     LLVMValueRef gw = global_warp(&e), n_leaves = launch_word(&e, CG_PTX_L_LEAVES);
     LLVMValueRef total = LLVMBuildMul(b, launch_word(&e, CG_PTX_L_COUNT), n_leaves, "");
-    LLVMBasicBlockRef cont = if_begin(&e, LLVMBuildICmp(b, LLVMIntULT, gw, total, ""), "work");
+    LLVMBasicBlockRef cont = cg_if_begin(&e.g->e, LLVMBuildICmp(b, LLVMIntULT, gw, total, ""), "work");
     LLVMValueRef row = LLVMBuildUDiv(b, gw, n_leaves, "");
     LLVMValueRef leaf = LLVMBuildSub(b, gw, LLVMBuildMul(b, row, n_leaves, ""), "");
     rowc r;
@@ -1718,10 +1703,10 @@ static bool emit_leaves(gen *g)
      * over the leaf it has just read */
     if (has_elem_stores(g->e.k))
         ok = elem_stores_to(&e, &r, LLVMBuildAdd(b, start, e.lane, ""), ki64(g, W), end) && ok;
-    LLVMBasicBlockRef c2 = if_begin(&e, LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), ""), "rec");
+    LLVMBasicBlockRef c2 = cg_if_begin(&e.g->e, LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), ""), "rec");
     rec_store(g, scratch(&e, CG_PTX_L_DST), gw, v, p);
-    if_end(&e, c2);
-    if_end(&e, cont);
+    cg_if_end(&e.g->e, c2);
+    cg_if_end(&e.g->e, cont);
     ent_end(&e);
     return ok;
 }
@@ -1737,7 +1722,7 @@ static bool emit_tree(gen *g)
     int comb = g->e.k->stages[0].combiner, t = stage_type(g->e.k, 0);
     LLVMValueRef gw = global_warp(&e), m = launch_word(&e, CG_PTX_L_SRC_N), m2 = launch_word(&e, CG_PTX_L_DST_N);
     LLVMValueRef total = LLVMBuildMul(b, launch_word(&e, CG_PTX_L_COUNT), m2, "");
-    LLVMBasicBlockRef cont = if_begin(&e, LLVMBuildICmp(b, LLVMIntULT, gw, total, ""), "work");
+    LLVMBasicBlockRef cont = cg_if_begin(&e.g->e, LLVMBuildICmp(b, LLVMIntULT, gw, total, ""), "work");
     LLVMValueRef row = LLVMBuildUDiv(b, gw, m2, "");
     LLVMValueRef c = LLVMBuildSub(b, gw, LLVMBuildMul(b, row, m2, ""), "");
     LLVMValueRef i = LLVMBuildAdd(b, LLVMBuildShl(b, c, ki64(g, 5), ""), e.lane, "");
@@ -1748,10 +1733,10 @@ static bool emit_tree(gen *g)
     v = LLVMBuildSelect(b, in, v, cg_identity(&g->e, comb, t, 1), "");
     p = LLVMBuildSelect(b, in, p, ki64(g, INT64_MAX), "");
     warp_tree(&e, comb, t, &v, &p);
-    LLVMBasicBlockRef c2 = if_begin(&e, LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), ""), "rec");
+    LLVMBasicBlockRef c2 = cg_if_begin(&e.g->e, LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), ""), "rec");
     rec_store(g, scratch(&e, CG_PTX_L_DST), gw, v, p);
-    if_end(&e, c2);
-    if_end(&e, cont);
+    cg_if_end(&e.g->e, c2);
+    cg_if_end(&e.g->e, cont);
     ent_end(&e);
     return true;
 }
@@ -1764,14 +1749,14 @@ static bool emit_finish(gen *g)
     LLVMBuilderRef b = g->e.b;
     LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildMul(b, sreg(g, "ctaid.x"), sreg(g, "ntid.x"), ""), e.tid, "");
     LLVMBasicBlockRef cont =
-        if_begin(&e, LLVMBuildICmp(b, LLVMIntULT, row, launch_word(&e, CG_PTX_L_COUNT), ""), "work");
+        cg_if_begin(&e.g->e, LLVMBuildICmp(b, LLVMIntULT, row, launch_word(&e, CG_PTX_L_COUNT), ""), "work");
     rowc r;
     row_begin(&e, &r, row);
     LLVMValueRef v, p;
     rec_load(g, scratch(&e, CG_PTX_L_SRC), row, stage_type(g->e.k, 0), &v, &p);
     r.reduced[0] = stage_value(g, 0, v, p);
     bool ok = row_stores(&e, &r, LLVMConstInt(g->e.t_i1, 1, 0));
-    if_end(&e, cont);
+    cg_if_end(&e.g->e, cont);
     ent_end(&e);
     return ok;
 }

@@ -78,21 +78,6 @@ static LLVMValueRef alloca_of(gg *g, LLVMTypeRef t) { return LLVMBuildAlloca(g->
 
 static LLVMBasicBlockRef block(gg *g, const char *name) { return LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, name); }
 
-/* if (cond) { ... } : returns the join block; the builder is left in the body. */
-static LLVMBasicBlockRef if_begin(gg *g, LLVMValueRef cond)
-{
-    LLVMBasicBlockRef yes = block(g, "if"), join = block(g, "endif");
-    LLVMBuildCondBr(g->e.b, cond, yes, join);
-    LLVMPositionBuilderAtEnd(g->e.b, yes);
-    return join;
-}
-
-static void if_end(gg *g, LLVMBasicBlockRef join)
-{
-    LLVMBuildBr(g->e.b, join);
-    LLVMPositionBuilderAtEnd(g->e.b, join);
-}
-
 static LLVMTypeRef vec_t(LLVMTypeRef e, int n) { return n > 1 ? LLVMVectorType(e, (unsigned)n) : e; }
 
 /* ---- Global -> registers -> shared ------------------------------------------------------------ */
@@ -428,24 +413,24 @@ static bool epi_stores(gg *g, const LLVMValueRef *vals, LLVMValueRef m0, LLVMVal
     cloop li, lj;
     cloop_begin(g, &li, s->tm);
     LLVMValueRef row = add(g, m0, add(g, a_frag0, frag_at(g, li.i, span_m)));
-    LLVMBasicBlockRef row_in = if_begin(g, ult(g, row, g->M));
+    LLVMBasicBlockRef row_in = cg_if_begin(&g->e, ult(g, row, g->M), "if");
     erow er;
     epi_row(g, row, &er);
     cloop_begin(g, &lj, s->tn);
     LLVMValueRef col = add(g, n0, add(g, b_frag0, frag_at(g, lj.i, span_n)));
-    LLVMBasicBlockRef col_in = if_begin(g, ult(g, col, g->N));
+    LLVMBasicBlockRef col_in = cg_if_begin(&g->e, ult(g, col, g->N), "if");
     LLVMValueRef ix[2] = {ki64(g, 0), add(g, mul(g, li.i, ki64(g, s->tn)), lj.i)};
     LLVMValueRef acc = LLVMBuildLoad2(b, g->ct, LLVMBuildGEP2(b, at, arr, ix, 2, ""), "");
     LLVMValueRef mem = cg_to_mem(&g->e, acc, et, s->dt, 1);
-    LLVMBasicBlockRef j2 = if_begin(g, store_c);
+    LLVMBasicBlockRef j2 = cg_if_begin(&g->e, store_c, "if");
     LLVMValueRef off = add(g, mul(g, row, g->N), col);
     LLVMSetAlignment(LLVMBuildStore(b, mem, LLVMBuildGEP2(b, g->mt, cp, &off, 1, "")), cg_mem_align(s->dt));
-    if_end(g, j2);
+    cg_if_end(&g->e, j2);
     if (!epi_element(g, &er, col, cg_from_mem(&g->e, mem, s->dt, 1)))
         return false;
-    if_end(g, col_in);
+    cg_if_end(&g->e, col_in);
     cloop_end(g, &lj);
-    if_end(g, row_in);
+    cg_if_end(&g->e, row_in);
     cloop_end(g, &li);
     return true;
 }
@@ -499,13 +484,13 @@ static bool build(gg *g)
 
     /* prologue: tile 0 into buffer 0 (none when K is 0: the operands may have no memory) */
     LLVMValueRef nk = LLVMBuildUDiv(b, add(g, g->K, ki64(g, s->bk - 1)), ki64(g, s->bk), "");
-    LLVMBasicBlockRef no_k = if_begin(g, LLVMBuildICmp(b, LLVMIntNE, nk, ki64(g, 0), ""));
+    LLVMBasicBlockRef no_k = cg_if_begin(&g->e, LLVMBuildICmp(b, LLVMIntNE, nk, ki64(g, 0), ""), "if");
     opnd_load(g, &A, ki64(g, 0));
     opnd_load(g, &B, ki64(g, 0));
     opnd_store(g, &A, ki64(g, 0));
     opnd_store(g, &B, ki64(g, 0));
     barrier(g);
-    if_end(g, no_k);
+    cg_if_end(&g->e, no_k);
     LLVMValueRef tvar = alloca_of(g, g->e.t_i64);
     LLVMBuildStore(b, ki64(g, 0), tvar);
     LLVMBasicBlockRef head = block(g, "ktile"), body = block(g, "ktile_body"), done = block(g, "ktile_done");
@@ -586,22 +571,22 @@ static bool build(gg *g)
             LLVMValueRef whole = and1(g, and1(g, store_c, c_vec), and1(g, rin, LLVMBuildICmp(b, LLVMIntULE,
                                                                                          add(g, col0, ki64(g, v)), g->N, "")));
             LLVMValueRef at = add(g, mul(g, row, g->N), col0);
-            LLVMBasicBlockRef join = if_begin(g, whole);
+            LLVMBasicBlockRef join = cg_if_begin(&g->e, whole, "if");
             LLVMValueRef vec = LLVMGetUndef(vec_t(g->mt, v));
             for (int c = 0; c < v; c++)
                 vec = LLVMBuildInsertElement(b, vec, mem[c], ki32(g, c), "");
             LLVMSetAlignment(LLVMBuildStore(b, vec, LLVMBuildGEP2(b, g->mt, cp, &at, 1, "")),
                              (unsigned)(v * (int)cg_mem_align(g->s->dt)));
-            if_end(g, join);
+            cg_if_end(&g->e, join);
             for (int c = 0; c < v; c++) {
                 LLVMValueRef col = add(g, col0, ki64(g, c));
-                LLVMBasicBlockRef j2 = if_begin(g, and1(g, rin, ult(g, col, g->N)));
-                LLVMBasicBlockRef j3 = if_begin(g, and1(g, store_c, LLVMBuildNot(b, whole, "")));
+                LLVMBasicBlockRef j2 = cg_if_begin(&g->e, and1(g, rin, ult(g, col, g->N)), "if");
+                LLVMBasicBlockRef j3 = cg_if_begin(&g->e, and1(g, store_c, LLVMBuildNot(b, whole, "")), "if");
                 LLVMValueRef atc = add(g, at, ki64(g, c));
                 LLVMSetAlignment(LLVMBuildStore(b, mem[c], LLVMBuildGEP2(b, g->mt, cp, &atc, 1, "")),
                                  cg_mem_align(g->s->dt));
-                if_end(g, j3);
-                if_end(g, j2);
+                cg_if_end(&g->e, j3);
+                cg_if_end(&g->e, j2);
             }
         }
     }

@@ -740,22 +740,6 @@ static void bar_wait(mg *g, LLVMValueRef bar, LLVMValueRef par)
           "{ .reg .pred p; W: mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1; @p bra D; bra W; D: }", a, 2);
 }
 
-/* Opens `if (cond)`: returns the block the branch joins. */
-static LLVMBasicBlockRef if_then(mg *g, LLVMValueRef cond, const char *name)
-{
-    LLVMBasicBlockRef yes = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, name);
-    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "join");
-    LLVMBuildCondBr(g->e.b, cond, yes, join);
-    LLVMPositionBuilderAtEnd(g->e.b, yes);
-    return join;
-}
-
-static void end_if(mg *g, LLVMBasicBlockRef join)
-{
-    LLVMBuildBr(g->e.b, join);
-    LLVMPositionBuilderAtEnd(g->e.b, join);
-}
-
 /* A counted loop `for (i = 0; i < end; i++)` over the alloca var: opens the body with *i. */
 typedef struct loop {
     LLVMBasicBlockRef head, done;
@@ -798,10 +782,10 @@ static void wg_producer(mg *g, LLVMValueRef base, LLVMValueRef full, LLVMValueRe
     LLVMValueRef raw = LLVMBuildPtrToInt(b, g->smem, g->e.t_i64, "");
     loop l = loop_begin(g, var, n_kt);
     LLVMValueRef t = l.i, st = LLVMBuildURem(b, t, k64(g, S), ""), round = LLVMBuildUDiv(b, t, k64(g, S), "");
-    LLVMBasicBlockRef join = if_then(g, LLVMBuildICmp(b, LLVMIntUGE, t, k64(g, S), ""), "reuse");
+    LLVMBasicBlockRef join = cg_if_begin(&g->e, LLVMBuildICmp(b, LLVMIntUGE, t, k64(g, S), ""), "reuse");
     bar_wait(g, i32_of(g, add(g, empty, mul(g, st, k64(g, 8)))),
              i32_of(g, LLVMBuildAnd(b, add(g, round, k64(g, 1)), k64(g, 1), "")));
-    end_if(g, join);
+    cg_if_end(&g->e, join);
     LLVMValueRef fb = i32_of(g, add(g, full, mul(g, st, k64(g, 8))));
     LLVMValueRef ex[2] = {fb, k32(g, sbytes)};
     asm_r(g, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", ex, 2);
@@ -888,12 +872,12 @@ static void wg_store(mg *g, LLVMValueRef sa, LLVMValueRef wgi, LLVMValueRef wq, 
         for (int q = 0; q < per; q++) {
             LLVMValueRef in = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSLT, row, g->p[P_M], ""),
                                            LLVMBuildICmp(b, LLVMIntSLT, add(g, col, k64(g, q)), g->p[P_N], ""), "");
-            LLVMBasicBlockRef yes = if_then(g, in, "c1");
+            LLVMBasicBlockRef yes = cg_if_begin(&g->e, in, "c1");
             LLVMValueRef x = LLVMBuildLoad2(b, et, LLVMBuildGEP2(b, et, from, (LLVMValueRef[]){k64(g, q)}, 1, ""), "");
             LLVMSetAlignment(x, (unsigned)esz);
             LLVMValueRef to = LLVMBuildIntToPtr(b, add(g, addr, k64(g, (int64_t)q * esz)), g->t_gptr, "");
             LLVMSetAlignment(LLVMBuildStore(b, x, to), (unsigned)esz);
-            end_if(g, yes);
+            cg_if_end(&g->e, yes);
         }
         LLVMBuildBr(b, next);
         LLVMPositionBuilderAtEnd(b, next);
@@ -920,7 +904,7 @@ static void build_wg(mg *g)
     /* the mbarriers after the stages: full[S] (the copies landed), empty[S] (every consumer
      * warp is done with the tile) */
     LLVMValueRef full = add(g, add(g, raw, base), k64(g, (int64_t)S * sbytes)), empty = add(g, full, k64(g, 8 * S));
-    LLVMBasicBlockRef join = if_then(g, LLVMBuildICmp(b, LLVMIntEQ, g->tid, k64(g, 0), ""), "init");
+    LLVMBasicBlockRef join = cg_if_begin(&g->e, LLVMBuildICmp(b, LLVMIntEQ, g->tid, k64(g, 0), ""), "init");
     for (int i = 0; i < S; i++) {
         LLVMValueRef f[2] = {i32_of(g, add(g, full, k64(g, 8 * i))), k32(g, 1)};
         LLVMValueRef e[2] = {i32_of(g, add(g, empty, k64(g, 8 * i))), k32(g, s->wm)};
@@ -928,7 +912,7 @@ static void build_wg(mg *g)
         asm_r(g, "mbarrier.init.shared::cta.b64 [$0], $1;", e, 2);
     }
     asm_plain(g, "fence.mbarrier_init.release.cluster;");
-    end_if(g, join);
+    cg_if_end(&g->e, join);
     call0(g, "llvm.nvvm.barrier0", NULL, 0);
 
     LLVMBasicBlockRef cons = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "consumer");
@@ -936,9 +920,9 @@ static void build_wg(mg *g)
     LLVMBasicBlockRef out = LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "out");
     LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, warp, k64(g, s->wm), ""), cons, prod);
     LLVMPositionBuilderAtEnd(b, prod);
-    join = if_then(g, LLVMBuildICmp(b, LLVMIntEQ, g->tid, k64(g, (int64_t)s->wm * 32), ""), "issue");
+    join = cg_if_begin(&g->e, LLVMBuildICmp(b, LLVMIntEQ, g->tid, k64(g, (int64_t)s->wm * 32), ""), "issue");
     wg_producer(g, base, full, empty, n_kt, var);
-    end_if(g, join);
+    cg_if_end(&g->e, join);
     LLVMBuildBr(b, out);
 
     LLVMPositionBuilderAtEnd(b, cons);
@@ -967,11 +951,11 @@ static void build_wg(mg *g)
     /* this warpgroup's wgmma of tile kt - 1 are done: its warps release that stage */
     LLVMValueRef rel = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntUGT, kt, k64(g, 0), ""),
                                     LLVMBuildICmp(b, LLVMIntEQ, g->lane, k64(g, 0), ""), "");
-    join = if_then(g, rel, "release");
+    join = cg_if_begin(&g->e, rel, "release");
     LLVMValueRef prev = LLVMBuildURem(b, add(g, kt, k64(g, S - 1)), k64(g, S), "");
     LLVMValueRef e = i32_of(g, add(g, empty, mul(g, prev, k64(g, 8))));
     asm_r(g, "mbarrier.arrive.shared::cta.b64 _, [$0];", &e, 1);
-    end_if(g, join);
+    cg_if_end(&g->e, join);
     loop_end(g, &l);
     wg_wait(g, 0);
 

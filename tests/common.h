@@ -90,6 +90,14 @@ static inline void *bt_not_null_(void *p, const char *what, const char *file, in
 }
 
 /* The reference device, which every build has. */
+/* Removes a test's temporary directory and everything in it. */
+static inline void bt_remove_dir(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+}
+
 static inline burnc_device_t *bt_ref(void) { return BT_NOT_NULL(burnc_device_open("ref")); }
 
 /* A dense f32 tensor from a literal list. */

@@ -31,9 +31,7 @@ static void cleanup(void)
     at_close_shared_store();
     at_forget();
     at_set_mode(-1);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    bt_remove_dir(dir);
 }
 
 static int visit(void *user, const at_record *r)

@@ -1228,9 +1228,7 @@ Test(cpu, warm_disk_cache_needs_no_llvm)
     int second = chain_in_child();
     cr_assert_eq(second & 1, 0, "wrong result from the disk cache");
     cr_assert_eq(second & 2, 0, "the second process loaded LLVM despite a warm disk cache");
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    bt_remove_dir(dir);
     unsetenv("BURNC_CACHE_DIR");
     BT_LEAK_CHECK();
 }
@@ -1362,9 +1360,7 @@ Test(cpu, dump_dir_gets_plans_and_kernels)
     burnc_tensor_release(x);
     burnc_device_release(cpu);
     unsetenv("BURNC_DUMP_DIR");
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    bt_remove_dir(dir);
     BT_LEAK_CHECK();
 }
 

@@ -375,9 +375,7 @@ Test(cuda_mma, autotune_times_the_tiles_and_remembers)
     at_set_observer(NULL, NULL);
     bt_expect_usable(dev);
     burnc_device_release(dev);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    bt_remove_dir(dir);
     BT_LEAK_CHECK();
 }
 

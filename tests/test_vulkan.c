@@ -371,9 +371,7 @@ Test(vulkan, pipeline_and_spirv_caches_reused_across_processes)
     cr_assert_eq(first, 12, "first process: code %d (want 12: compiled, no pipeline cache yet)", first);
     int second = run_child();
     cr_assert_eq(second, 11, "second process: code %d (want 11: nothing compiled, pipeline cache found)", second);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    bt_remove_dir(dir);
     BT_LEAK_CHECK();
 #else
     cr_skip_test("burnc was built without the vulkan backend");
@@ -793,9 +791,7 @@ Test(vulkan, autotune_candidates_give_the_same_bits)
     free(b);
     free(c);
     burnc_device_release(dev);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    bt_remove_dir(dir);
     BT_LEAK_CHECK();
 #else
     cr_skip_test("burnc was built without the vulkan backend");
@@ -1208,9 +1204,7 @@ Test(vulkan, tune_kernel_records_and_tunes_row_kernels)
     fclose(f);
     cr_assert(strncmp(line, "vulkan:", 7) == 0, "recorded line starts '%.20s'", line);
     burnc_device_release(dev);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
+    bt_remove_dir(dir);
     BT_LEAK_CHECK();
 #else
     cr_skip_test("burnc was built without the vulkan backend");

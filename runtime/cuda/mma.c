@@ -244,6 +244,13 @@ static bool layout(int64_t rows, int64_t k, int64_t rs, int64_t ks, bool *kmaj, 
     return *ld >= 0;
 }
 
+/* mma.sync's tile, on sm_90 too where the warpgroup kernel cannot run a problem. */
+static int sync_tile(const cuda_device *cd, const cuda_mm_problem *p)
+{
+    /* 64 x 64 tiles where 128 x 128 ones would leave SMs idle */
+    return p->batch * ((p->m + 127) / 128) * ((p->n + 127) / 128) < cd->sms ? 2 : 4;
+}
+
 /* The tile without a decision: the warpgroup kernel's on sm_90, mma.sync's elsewhere. */
 static int heuristic(const cuda_device *cd, const cuda_mm_problem *p)
 {
@@ -262,7 +269,7 @@ static int heuristic(const cuda_device *cd, const cuda_mm_problem *p)
      * against tile 4's 324 and 357 and tile 1's 311 and 330 (bf16), before sm_90 took wgmma. */
     if (p->dt != BURNC_DTYPE_F32 && wide >= sms)
         return 5;
-    return tiles < sms ? 2 : 4;
+    return sync_tile(cd, p);
 }
 
 static burnc_status_t zero_c(rt_device *dev, const cuda_mm_problem *p, int esz)
@@ -298,6 +305,13 @@ static burnc_status_t transposed_alloc(rt_device *dev, transposed *t)
     int64_t nb = t->bs == 0 ? 1 : t->batch;
     t->t_ld = (t->rows + 3) / 4 * 4, t->t_bs = t->bs == 0 ? 0 : t->cols * t->t_ld;
     return rt_pool_alloc(dev, (size_t)(nb * t->cols * t->t_ld) * 4, &t->buf);
+}
+
+static void transposed_free(rt_device *dev, transposed *t)
+{
+    if (t->buf)
+        rt_pool_free(dev, t->buf);
+    t->buf = NULL;
 }
 
 /* The caller holds the device's lock. */
@@ -362,14 +376,14 @@ static burnc_status_t run(rt_device *dev, const cuda_mm_problem *p, bool allow_t
     bool wg = CG_MMA_TILES[tile].wg;
     /* a tf32 operand stored the other way round is transposed first for the warpgroup kernel,
      * within the transpose's grid (rows / 32 blocks along y) */
-    transposed ta = {.src = p->a, .rows = p->k, .cols = p->m, .ld = a_ld, .bs = p->a_bs, .batch = p->batch};
-    transposed tb = {.src = p->b, .rows = p->k, .cols = p->n, .ld = b_ld, .bs = p->b_bs, .batch = p->batch};
-    bool need_a = wg && type == CG_MMA_TF32 && !a_kmaj, need_b = wg && type == CG_MMA_TF32 && !b_kmaj;
-    if ((need_a || need_b) && (p->k + 31) / 32 > MAX_GRID_YZ)
-        tile = p->m * p->n < 128 * 128 * cd->sms ? 2 : 4, wg = need_a = need_b = false;
-    cg_mma_spec s = cg_mma_variant(cd->cc, type, tile, !a_kmaj && !need_a, b_kmaj || need_b);
+    transposed tr[2] = {{.src = p->a, .rows = p->k, .cols = p->m, .ld = a_ld, .bs = p->a_bs, .batch = p->batch},
+                        {.src = p->b, .rows = p->k, .cols = p->n, .ld = b_ld, .bs = p->b_bs, .batch = p->batch}};
+    bool need[2] = {wg && type == CG_MMA_TF32 && !a_kmaj, wg && type == CG_MMA_TF32 && !b_kmaj};
+    if ((need[0] || need[1]) && (p->k + 31) / 32 > MAX_GRID_YZ)
+        tile = sync_tile(cd, p), wg = need[0] = need[1] = false;
+    cg_mma_spec s = cg_mma_variant(cd->cc, type, tile, !a_kmaj && !need[0], b_kmaj || need[1]);
     if (cg_mma_smem_bytes(&s) > (uint32_t)cd->max_shared_optin)
-        s = cg_mma_variant(cd->cc, type, tile = 2, !a_kmaj, b_kmaj), wg = need_a = need_b = false;
+        s = cg_mma_variant(cd->cc, type, tile = 2, !a_kmaj, b_kmaj), wg = need[0] = need[1] = false;
     int64_t gx = (p->n + s.bn - 1) / s.bn, gy = (p->m + s.bm - 1) / s.bm;
     if (gx > INT32_MAX || gy > MAX_GRID_YZ || p->batch > MAX_GRID_YZ || cg_mma_smem_bytes(&s) > (uint32_t)cd->max_shared_optin)
         return BURNC_OK;
@@ -379,37 +393,36 @@ static burnc_status_t run(rt_device *dev, const cuda_mm_problem *p, bool allow_t
     RT_TRY(cuda_enter(dev, "burnc_matmul"));
     if (p->k == 0)
         return zero_c(dev, p, esz);
+    /* what the kernel reads: each operand, or its transposed copy */
+    struct operand {
+        CUdeviceptr ptr;
+        int64_t ld, bs;
+    } op[2] = {{p->a, a_ld, p->a_bs}, {p->b, b_ld, p->b_bs}};
     burnc_status_t st = BURNC_OK;
-    if (need_a)
-        st = transposed_alloc(dev, &ta), a_ld = ta.t_ld;
-    if (st == BURNC_OK && need_b)
-        st = transposed_alloc(dev, &tb), b_ld = tb.t_ld;
-    CUdeviceptr a = need_a ? cuda_ptr(ta.buf) : p->a, b = need_b ? cuda_ptr(tb.buf) : p->b;
-    int64_t a_bs = need_a ? ta.t_bs : p->a_bs, b_bs = need_b ? tb.t_bs : p->b_bs;
+    for (int i = 0; i < 2; i++)
+        if (st == BURNC_OK && need[i] && (st = transposed_alloc(dev, &tr[i])) == BURNC_OK)
+            op[i] = (struct operand){cuda_ptr(tr[i].buf), tr[i].t_ld, tr[i].t_bs};
     CUtensorMap maps[2];
     if (st == BURNC_OK && wg) {
         bool ak = !s.a_mmajor, bk = s.b_kmajor;
-        bool ok = tensor_map(cd, &maps[0], type, a, ak ? p->k : p->m, ak ? p->m : p->k, a_ld, a_bs, p->batch,
-                             ak ? s.bk : 64, ak ? s.bm : s.bk) &&
-                  tensor_map(cd, &maps[1], type, b, bk ? p->k : p->n, bk ? p->n : p->k, b_ld, b_bs, p->batch,
-                             bk ? s.bk : 64, bk ? s.bn : s.bk);
-        if (!ok) { /* strides the copy engine cannot take: mma.sync reads them */
+        bool ok = tensor_map(cd, &maps[0], type, op[0].ptr, ak ? p->k : p->m, ak ? p->m : p->k, op[0].ld, op[0].bs,
+                             p->batch, ak ? s.bk : 64, ak ? s.bm : s.bk) &&
+                  tensor_map(cd, &maps[1], type, op[1].ptr, bk ? p->k : p->n, bk ? p->n : p->k, op[1].ld, op[1].bs,
+                             p->batch, bk ? s.bk : 64, bk ? s.bn : s.bk);
+        if (!ok) { /* strides the copy engine cannot take: mma.sync reads the operands as they are */
             for (int i = 0; i < 2; i++)
-                if ((i ? tb : ta).buf)
-                    rt_pool_free(dev, (i ? tb : ta).buf);
-            ta.buf = tb.buf = NULL, need_a = need_b = wg = false;
-            tile = p->m * p->n < 128 * 128 * cd->sms ? 2 : 4;
-            s = cg_mma_variant(cd->cc, type, tile, !a_kmaj, b_kmaj);
-            a = p->a, b = p->b, a_bs = p->a_bs, b_bs = p->b_bs;
-            layout(p->m, p->k, p->a_rs, p->a_ks, &a_kmaj, &a_ld), layout(p->n, p->k, p->b_cs, p->b_ks, &b_kmaj, &b_ld);
+                transposed_free(dev, &tr[i]), need[i] = false;
+            s = cg_mma_variant(cd->cc, type, tile = sync_tile(cd, p), !a_kmaj, b_kmaj);
+            op[0] = (struct operand){p->a, a_ld, p->a_bs}, op[1] = (struct operand){p->b, b_ld, p->b_bs};
             gx = (p->n + s.bn - 1) / s.bn, gy = (p->m + s.bm - 1) / s.bm;
         }
     }
     mma_kernel k = {.module = NULL};
     if (st == BURNC_OK)
         st = kernel_of(dev, &s, &k);
-    uint64_t w[CG_MMA_N_PARAMS] = {a, b, p->c, (uint64_t)p->m, (uint64_t)p->n, (uint64_t)p->k, (uint64_t)a_bs,
-                                   (uint64_t)a_ld, (uint64_t)b_bs, (uint64_t)b_ld, (uint64_t)p->c_bs};
+    uint64_t w[CG_MMA_N_PARAMS] = {op[0].ptr, op[1].ptr, p->c, (uint64_t)p->m, (uint64_t)p->n, (uint64_t)p->k,
+                                   (uint64_t)op[0].bs, (uint64_t)op[0].ld, (uint64_t)op[1].bs, (uint64_t)op[1].ld,
+                                   (uint64_t)p->c_bs};
     char name[192] = "";
     if (cd->profile)
         snprintf(name, sizeof name, "matmul %s %lldx%lldx%lld x%lld, tensor cores, tile %d", burnc_dtype_name(p->dt),
@@ -421,10 +434,9 @@ static burnc_status_t run(rt_device *dev, const cuda_mm_problem *p, bool allow_t
     if (st == BURNC_OK) {
         mtx_lock(&cd->lock);
         st = cuda_batch_submit_locked(dev);
-        if (st == BURNC_OK && need_a)
-            st = transposed_launch(dev, k.transpose, &ta);
-        if (st == BURNC_OK && need_b)
-            st = transposed_launch(dev, k.transpose, &tb);
+        for (int i = 0; i < 2; i++)
+            if (st == BURNC_OK && need[i])
+                st = transposed_launch(dev, k.transpose, &tr[i]);
         if (st == BURNC_OK)
             st = cuda_launch_fn(dev, k.fn, (uint32_t[3]){(uint32_t)gx, (uint32_t)gy, (uint32_t)p->batch},
                                 (uint32_t[3]){(uint32_t)cg_mma_threads(&s), 1, 1}, cg_mma_smem_bytes(&s), params, NULL,
@@ -432,10 +444,8 @@ static burnc_status_t run(rt_device *dev, const cuda_mm_problem *p, bool allow_t
         mtx_unlock(&cd->lock);
     }
     /* the pool hands a buffer out again only to work queued after this on the same stream */
-    if (ta.buf)
-        rt_pool_free(dev, ta.buf);
-    if (tb.buf)
-        rt_pool_free(dev, tb.buf);
+    for (int i = 0; i < 2; i++)
+        transposed_free(dev, &tr[i]);
     return st;
 }
 
