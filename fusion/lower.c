@@ -468,7 +468,7 @@ static int32_t lower_unary(lw *w, int r, int32_t x)
         sc[0] = arg_scalar(w, t, r, 0);
         sc[1] = arg_scalar(w, t, r, 1);
     }
-    return round_to(w, kir_unary_op(w->k, rec->op, t, x, sc), rec->dtype);
+    return round_to(w, kir_unary_op_to(w->k, rec->op, t, x, sc, rec->dtype), rec->dtype);
 }
 
 static int32_t lower_binary(lw *w, int r, int32_t a, int32_t b)

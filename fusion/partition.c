@@ -52,7 +52,8 @@ typedef struct part {
     bool *no_join;
     pgroup *groups;
     int n_groups, cap_groups;
-    int est[IR_OP_COUNT][KIR_F64 + 1]; /* instructions an op expands to (0: not measured yet) */
+    int est[IR_OP_COUNT][KIR_F64 + 1][2]; /* instructions an op expands to, by result width 16 or
+                                            * more (0: not measured yet) */
 } part;
 
 /* ---- Records ----------------------------------------------------------------------------- */
@@ -102,7 +103,8 @@ static int scalars_of(const ir_record *r, int dom_rank)
 static int measure(part *p, const ir_record *r)
 {
     kir_type t = kir_type_of(r->compute);
-    int *slot = &p->est[r->op][t];
+    bool half = r->dtype == BURNC_DTYPE_F16 || r->dtype == BURNC_DTYPE_BF16;
+    int *slot = &p->est[r->op][t][half];
     if (*slot)
         return *slot;
     kir_kernel s;
@@ -112,7 +114,7 @@ static int measure(part *p, const ir_record *r)
     int32_t sc[2] = {x, x};
     int before = s.n_insts;
     if (ir_op_class(r->op) == IR_CLASS_UNARY)
-        kir_unary_op(&s, r->op, t, x, sc);
+        kir_unary_op_to(&s, r->op, t, x, sc, r->dtype);
     else
         kir_binary_op(&s, r->op, t, x, x);
     *slot = s.n_insts - before + 1;

@@ -359,7 +359,7 @@ BURNC_API float burnc_bf16_to_f32(uint16_t h);
  *   tanh      1 ulp   0.784         0.769
  *   erf       1 ulp   0.970         0.915
  *   erfc      1 ulp   0.923         0.749   internal (gelu's); f32: all 0.001 <= |x| <= 10.1
- *   gelu      3 ulp   2.433         2.181   f32: all -13 <= x <= 8, |x| >= 0.001; see below
+ *   gelu      3 ulp   1.438         2.181   f32: all -13 <= x <= 8, |x| >= 0.001; see below
  *   sigmoid   1 ulp   0.740         0.753
  *   atan2     1 ulp   0.833         0.721
  *   pow       1 ulp   0.749         0.743
@@ -367,13 +367,17 @@ BURNC_API float burnc_bf16_to_f32(uint16_t h);
  * Every result of a 1-ulp function is faithfully rounded. Beyond the ranges given for sin, cos and tan the argument
  * reduction loses accuracy: sin and cos still return a value in [-1, 1] and tan a non-NaN value
  * for every finite input; inf gives NaN. Special values follow C99 Annex F. erfc keeps its
- * bound through the subnormal range (one rounding) and gives 0 from where it rounds to 0. gelu
- * carries -x/sqrt 2 to twice the precision (erfc's relative condition number 2 t^2 would turn
- * its rounding into up to 11 bits of error); only where erfc(-x/sqrt 2) is subnormal (x < -13.003
- * for f32, x < -37.538 for f64, where |gelu| is below 8e-38 and 5e-307) is gelu off by up to
- * 0.6 |x| + 1 units of the smallest subnormal (measured 7.0 and 18.3). gelu(inf) = inf,
- * gelu(-inf) = NaN. silu and rsqrt add their own roundings on top of sigmoid and sqrt; f16 and
- * bf16 results are the f32 result rounded once more.
+ * bound through the subnormal range (one rounding) and gives 0 from where it rounds to 0. f32
+ * gelu is computed as x Phi(x) with Phi(-|x|) = e^(-x^2/2 + G(|x|)), G a piecewise polynomial
+ * (no erfc, no division); f64 gelu carries -x/sqrt 2 to twice the precision into erfc (whose
+ * relative condition number 2 t^2 would turn its rounding into up to 11 bits of error). Only
+ * where gelu is subnormal or nearly so (x < -13.003 for f32, x < -37.538 for f64, |gelu| below
+ * 8e-38 and 5e-307) is it off by up to 0.6 |x| + 1 units of the smallest subnormal (measured 1.1
+ * and 18.3). gelu(inf) = inf, gelu(-inf) = NaN. silu and rsqrt add their own roundings on top of
+ * sigmoid and sqrt. f16 and bf16 results are the f32 result rounded once more, except gelu's:
+ * its f32 math there is accurate to about 2^-20 only (half the work), which every one of the
+ * 65536 inputs of either format shows to be enough: measured 0.5000 ulp, bf16 results all
+ * correctly rounded, f16 all but one (a near tie).
  *
  * Vulkan. GLSL promises correct rounding for add, sub, mul and conversions only (division
  * 2.5 ulps, sqrt worse, fma possibly a product and a sum). On a device with f64 (every device

@@ -240,6 +240,10 @@ int32_t kir_tan(kir_kernel *k, int32_t x);
 int32_t kir_tanh(kir_kernel *k, int32_t x);
 int32_t kir_erf(kir_kernel *k, int32_t x);
 int32_t kir_erfc(kir_kernel *k, int32_t x);
+/* gelu x = x Phi(x) for f32 only (-1 for f64: ir/kernel_ops.c composes it from erfc); kir_gelu16
+ * is accurate only to what a result rounded to f16 or bf16 next needs, for half the work. */
+int32_t kir_gelu(kir_kernel *k, int32_t x);
+int32_t kir_gelu16(kir_kernel *k, int32_t x);
 int32_t kir_sigmoid(kir_kernel *k, int32_t x);
 int32_t kir_atan2(kir_kernel *k, int32_t y, int32_t x);
 int32_t kir_pow(kir_kernel *k, int32_t x, int32_t y);
@@ -248,6 +252,9 @@ int32_t kir_pow(kir_kernel *k, int32_t x, int32_t y);
  * record's op into instructions. `t` is the compute type; scalar[] are the record's constants
  * already emitted as instructions where the op uses them. */
 int32_t kir_unary_op(kir_kernel *k, ir_op op, kir_type t, int32_t x, const int32_t *scalars);
+/* kir_unary_op for a result the caller rounds to dtype `to` next: where the f32 math of an op
+ * has a form accurate just to a 16-bit result (gelu), f16 and bf16 results take it. */
+int32_t kir_unary_op_to(kir_kernel *k, ir_op op, kir_type t, int32_t x, const int32_t *scalars, burnc_dtype_t to);
 int32_t kir_binary_op(kir_kernel *k, ir_op op, kir_type t, int32_t a, int32_t b);
 /* Philox 4x32-10 word `word` (0..3) for a 64-bit counter and key given as U64 values. */
 int32_t kir_philox(kir_kernel *k, int32_t counter, int32_t key, int word);

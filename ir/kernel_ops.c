@@ -123,17 +123,17 @@ static int32_t truth(kir_kernel *k, kir_type t, int32_t x)
     return t == KIR_BOOL ? x : cmp(k, KIR_NE, x, cst(k, t, 0));
 }
 
-/* gelu x = (0.5 x) erfc(t), t = -x / sqrt 2, step for step as scalar.c's gelu. erfc's relative
- * condition number is 2 t^2, so t rounded to the type would cost up to log2(2 t^2) bits (5 for
- * f32 at x = -7, 11 for f64 near its underflow): t is carried as th + tl (1/sqrt 2 split in
- * two constants of the type, the product's error by fma) and erfc(th + tl) = erfc(th) -
- * tl (2/sqrt pi) e^(-th^2), the neglected terms below 2^-30 relative (f32) and 2^-60 (f64).
- * tl is 0 where th is infinite (an fma of inf would give NaN there; e^(-th^2) is 0 anyway). */
+/* f32 gelu is kir_gelu (ir/math.c, division-free). f64: gelu x = (0.5 x) erfc(t), t = -x / sqrt 2,
+ * step for step as scalar.c's gelu. erfc's relative condition number is 2 t^2, so t rounded to
+ * the type would cost up to 11 bits near f64's underflow: t is carried as th + tl (1/sqrt 2 split
+ * in two constants, the product's error by fma) and erfc(th + tl) = erfc(th) - tl (2/sqrt pi)
+ * e^(-th^2), the neglected terms below 2^-60 relative. tl is 0 where th is infinite (an fma of
+ * inf would give NaN there; e^(-th^2) is 0 anyway). */
 static int32_t gelu(kir_kernel *k, kir_type t, int32_t x)
 {
-    bool f32 = t == KIR_F32;
-    int32_t c_hi = cst(k, t, f32 ? 0x1.6a09e6p-1 : 0x1.6a09e667f3bcdp-1);
-    int32_t c_lo = cst(k, t, f32 ? 0x1.9fcef4p-27 : -0x1.bdd3413b26456p-55);
+    if (t == KIR_F32)
+        return kir_gelu(k, x);
+    int32_t c_hi = cst(k, t, 0x1.6a09e667f3bcdp-1), c_lo = cst(k, t, -0x1.bdd3413b26456p-55);
     int32_t nx = un(k, KIR_NEG, t, x);
     int32_t th = bin(k, KIR_MUL, t, nx, c_hi);
     int32_t tl = kir_emit(k, KIR_FMA, t, nx, c_lo, kir_emit(k, KIR_FMA, t, nx, c_hi, un(k, KIR_NEG, t, th)));
@@ -173,6 +173,13 @@ static int32_t unary_fp(kir_kernel *k, ir_op op, kir_type t, int32_t x)
     case IR_OP_ROUND: return un(k, KIR_RINT, t, x); /* half to even, -0.3 -> -0 as numpy */
     default: return -1;
     }
+}
+
+int32_t kir_unary_op_to(kir_kernel *k, ir_op op, kir_type t, int32_t x, const int32_t *scalars, burnc_dtype_t to)
+{
+    if (op == IR_OP_GELU && t == KIR_F32 && (to == BURNC_DTYPE_F16 || to == BURNC_DTYPE_BF16))
+        return kir_gelu16(k, x);
+    return kir_unary_op(k, op, t, x, scalars);
 }
 
 /* CAST gives x: like every op's result, the caller converts it to the record's dtype (with

@@ -131,6 +131,39 @@ static const double ERFC3_64[] = {-0x1.250d048e7a1bdp-1, -0x1.f0e9cad46099cp-58,
                                   -0x1.0f5c09b34a138p+28, 0x1.5d2f04e3e2236p+30, -0x1.2372d1f304f33p+32,
                                   0x1.d22b7c75737d9p+32};
 
+/* f32 gelu (kir_gelu): G(a) = log Phi(-a) + a^2/2 for a = |x| in pieces [lo, hi) as
+ * polynomials in t = a - mid, c0 and c1 as (hi, lo) pairs. */
+/* gelu_f32 near [0, 2.25) t = x - 1.125: minimax 2^-33.9, rounded 2^-30.8 */
+static const double GELU0_32[] = {-0x1.67b79c0000000p+0, 0x1.148c560000000p-25, -0x1.0094f00000000p-1,
+                                  -0x1.7f97160000000p-27, 0x1.7b0d580000000p-4, -0x1.254e760000000p-6,
+                                  0x1.8f8e400000000p-9, -0x1.9d89900000000p-12, 0x1.50b0a60000000p-16,
+                                  0x1.04bc020000000p-17, -0x1.9cf3a80000000p-19, 0x1.29495e0000000p-21,
+                                  -0x1.d79e180000000p-26};
+/* gelu_f32 near [2.25, 6) t = x - 4.125: minimax 2^-33.7, rounded 2^-30.7 */
+static const double GELU1_32[] = {-0x1.31a8220000000p+1, 0x1.5e30c60000000p-25, -0x1.c25fea0000000p-3,
+                                  -0x1.8c5a820000000p-28, 0x1.6ca6b00000000p-6, -0x1.6d272a0000000p-9,
+                                  0x1.7ec3540000000p-12, -0x1.8dc9220000000p-15, 0x1.8dd2f20000000p-18,
+                                  -0x1.7613020000000p-21, 0x1.3f22ac0000000p-24, -0x1.992c6c0000000p-28,
+                                  0x1.3597240000000p-33};
+/* gelu_f32 near [6, 14.5) t = x - 10.25: minimax 2^-34.1, rounded 2^-28.1 */
+static const double GELU2_32[] = {-0x1.a0b4d00000000p+1, 0x1.9cff7c0000000p-24, -0x1.88575e0000000p-4,
+                                  -0x1.0cc24e0000000p-29, 0x1.275dde0000000p-8, -0x1.2366c80000000p-12,
+                                  0x1.3df7900000000p-16, -0x1.6bd7220000000p-20, 0x1.aa5c260000000p-24,
+                                  -0x1.fa981a0000000p-28, 0x1.2d6b160000000p-31, -0x1.53c67a0000000p-35,
+                                  0x1.8a694e0000000p-39, -0x1.4873aa0000000p-42, 0x1.830bf40000000p-46};
+
+/* kir_gelu16: the same G for results rounded to f16 or bf16 next, single-word coefficients. */
+/* gelu16_f32 near [0, 4) t = x - 2.0: minimax 2^-27.2, rounded 2^-24.1 */
+static const double GELU16_0_32[] = {-0x1.c87ec40000000p+0, -0x1.7e2c340000000p-2, 0x1.d416560000000p-5,
+                                     -0x1.442b220000000p-7, 0x1.ae96dc0000000p-10, -0x1.fbf3f60000000p-13,
+                                     0x1.dff6080000000p-16, -0x1.0375a40000000p-19, -0x1.41921c0000000p-22,
+                                     0x1.8d3fd80000000p-23, -0x1.196faa0000000p-25};
+/* gelu16_f32 near [4, 14.5) t = x - 9.25: minimax 2^-23.7, rounded 2^-22.3 */
+static const double GELU16_1_32[] = {-0x1.93d4a00000000p+1, -0x1.b104bc0000000p-4, 0x1.6675320000000p-8,
+                                     -0x1.8363d00000000p-12, 0x1.cd5af80000000p-16, -0x1.222acc0000000p-19,
+                                     0x1.73a6040000000p-23, -0x1.9ddfba0000000p-27, 0x1.f63ee00000000p-31,
+                                     -0x1.3135a20000000p-33, 0x1.94a0f20000000p-37};
+
 /* The far piece comes last. */
 typedef struct erfc_piece {
     double lo, hi, mid; /* mid: t = 0 of a near piece */
@@ -142,6 +175,8 @@ typedef struct erfc_piece {
 static const erfc_piece ERFC_F32[] = {NEAR(0.5, 2.5, ERFC0_32), FAR(2.5, 10.0625, ERFC1_32)};
 static const erfc_piece ERFC_F64[] = {NEAR(0.5, 1.5, ERFC0_64), NEAR(1.5, 2.5, ERFC1_64), NEAR(2.5, 4.0, ERFC2_64),
                                       FAR(4.0, 27.25, ERFC3_64)};
+static const erfc_piece GELU_F32[] = {NEAR(0.0, 2.25, GELU0_32), NEAR(2.25, 6.0, GELU1_32), NEAR(6.0, 14.5, GELU2_32)};
+static const erfc_piece GELU16_F32[] = {NEAR(0.0, 4.0, GELU16_0_32), NEAR(4.0, 14.5, GELU16_1_32)};
 enum { ERFC_MAX_PIECES = 4 };
 
 /* ---- Building blocks ------------------------------------------------------------------------ */
@@ -830,6 +865,91 @@ int32_t kir_erfc(kir_kernel *k, int32_t x)
     big = sel(&b, cmp(&b, KIR_LT, x, c(&b, 0)), sub(&b, c(&b, 2), big), big);
     int32_t r = sel(&b, cmp(&b, KIR_LT, ax, c(&b, 0.5)), small, big);
     return sel(&b, is_nan(&b, x), x, r);
+}
+
+/* gelu's last steps, shared by both forms: `below` is gelu for x < 0, tail = Phi(-a) for a = |x|.
+ * Beyond the pieces (a >= 14.5) gelu rounds to -0 for x < 0 (-inf gives NaN, as x/2 erfc(inf)
+ * does) and is x for x >= 0. */
+static int32_t gelu_finish(mb *b, int32_t x, int32_t ax, int32_t below, int32_t tail, double end)
+{
+    int32_t far = cmp(b, KIR_GE, ax, c(b, end));
+    below = sel(b, far, mul(b, x, c(b, 0)), below);
+    int32_t above = sel(b, far, x, fma_(b, neg(b, x), tail, x));
+    int32_t r = sel(b, sign_set(b, x), below, above);
+    return sel(b, is_nan(b, x), x, r);
+}
+
+/* gelu's argument: |x| into *ax, the clamped a returned, in[i] whether a lies below the end of
+ * piece i and in[n] the mid of a's piece. */
+static int32_t gelu_piece(mb *b, int32_t x, const erfc_piece *pc, int n, int32_t *ax, int32_t *in)
+{
+    *ax = fabs_(b, x);
+    int32_t a = clamp(b, *ax, 0.0, pc[n - 1].hi);
+    double mids[ERFC_MAX_PIECES];
+    for (int i = 0; i < n; i++) {
+        in[i] = cmp(b, KIR_LT, a, c(b, pc[i].hi));
+        mids[i] = pc[i].mid;
+    }
+    in[n] = by_piece(b, in, n, mids);
+    return a;
+}
+
+/* f32 gelu x = x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2, without erfc's argument scaling and
+ * without a division: for a = |x|, Phi(-a) = e^L, L = -a^2/2 + G(a) with G a polynomial per
+ * piece (GELU_F32); a^2/2 is carried exactly and e^L is q 2^n with q rounded once. Then
+ * x < 0: gelu = (x q) 2^n, one rounding (two in the subnormal range, as the scale rounds);
+ * x >= 0: gelu = x - x Phi(-a) by one fma, where Phi(-a) <= 1/2 makes its error count at most
+ * as much as in Phi itself. Error terms in ulps of Phi(-a): G and its evaluation 0.1, the
+ * exp's reduction and polynomial 0.1, q's rounding 0.5. */
+int32_t kir_gelu(kir_kernel *k, int32_t x)
+{
+    mb b;
+    if (!mb_init(&b, k, x) || b.f64)
+        return -1;
+    enum { N = (int)(sizeof GELU_F32 / sizeof GELU_F32[0]) };
+    const erfc_piece *pc = GELU_F32;
+    int32_t ax, in[N + 1], a = gelu_piece(&b, x, pc, N, &ax, in);
+    dw t = two_sum(&b, a, neg(&b, in[N])); /* inexact below a quarter of mid 0 */
+    dw p = erfc_poly(&b, in, pc, N, t.hi, t.lo);
+    int32_t aa = mul(&b, a, a);
+    int32_t h = mul(&b, aa, c(&b, 0.5)), hl = mul(&b, fma_(&b, a, a, neg(&b, aa)), c(&b, 0.5));
+    dw l = two_sum(&b, neg(&b, h), p.hi);
+    exp_red e = exp_reduce(&b, l.hi, add(&b, l.lo, sub(&b, p.lo, hl)));
+    int32_t et = exp_tail(&b, e);
+    dw y = fast_two_sum(&b, c(&b, 1), e.r);
+    int32_t q = add(&b, y.hi, add(&b, y.lo, et));
+    int32_t n = small_int(&b, e.k);
+    return gelu_finish(&b, x, ax, scale2(&b, mul(&b, x, q), n), scale2(&b, q, n), pc[N - 1].hi);
+}
+
+/* kir_gelu for a result rounded to f16 or bf16 next: relative error about 2^-20 before that
+ * rounding (G's single-word pieces 2^-22.3, the reduction 2^-22, e^r's polynomial, q, the
+ * scale and the final product one f32 rounding each), so the 16-bit result is within
+ * 0.5 + 2^-9 ulp (bf16) or 0.5 + 2^-6 ulp (f16) of gelu: tests/test_math.c checks every f16
+ * and bf16 input. About half of kir_gelu's work. */
+int32_t kir_gelu16(kir_kernel *k, int32_t x)
+{
+    mb b;
+    if (!mb_init(&b, k, x) || b.f64)
+        return -1;
+    enum { N = (int)(sizeof GELU16_F32 / sizeof GELU16_F32[0]) };
+    const erfc_piece *pc = GELU16_F32;
+    int32_t ax, in[N + 1], a = gelu_piece(&b, x, pc, N, &ax, in);
+    int32_t t = sub(&b, a, in[N]);
+    int32_t g = erfc_coef(&b, in, pc, N, pc[0].n - 1);
+    for (int j = pc[0].n - 2; j >= 0; j--)
+        g = fma_(&b, g, t, erfc_coef(&b, in, pc, N, j));
+    /* L = g - h - hl with h + hl = a^2/2 exactly; r = L - k ln2 with -h - k LN2H in one fma
+     * (exact from h >= 4 on, where both are multiples of 2^-21; else within 2^-22 of e^L) */
+    int32_t aa = mul(&b, a, a);
+    int32_t h = mul(&b, aa, c(&b, 0.5)), hl = mul(&b, fma_(&b, a, a, neg(&b, aa)), c(&b, 0.5));
+    int32_t kf = op1(&b, KIR_RINT, mul(&b, sub(&b, g, h), LOG2E(&b)));
+    int32_t r = add(&b, fma_(&b, neg(&b, kf), LN2H(&b), neg(&b, h)), g);
+    r = sub(&b, fma_(&b, neg(&b, kf), LN2L(&b), r), hl);
+    int32_t rr = mul(&b, r, r);
+    int32_t q = add(&b, c(&b, 1), fma_(&b, rr, horner(&b, r, TBL(&b, EXP), TBL_N(&b, EXP)), r));
+    int32_t tail = scale2(&b, q, small_int(&b, kf));
+    return gelu_finish(&b, x, ax, mul(&b, x, tail), tail, pc[N - 1].hi);
 }
 
 /* ---- atan2 ---------------------------------------------------------------------------------- */

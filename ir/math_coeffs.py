@@ -337,24 +337,38 @@ def fit(name):
     return cr, emax, rounded_error(g, w, lo, hi, cr)
 
 
-def fit_erfc(ty):
+# f32 gelu x = x Phi(x) (ir/math.c: kir_gelu): Phi(-a) = e^(-a^2/2 + G(a)) for a = |x|, with
+# G(a) = log Phi(-a) + a^2/2 in pieces [lo, hi) as polynomials in t = a - (lo + hi) / 2, up to
+# where gelu rounds to 0. Near pieces only: no division. Weight 1 (an error d in G is a relative
+# error d of Phi(-a)).
+GELU_PIECES = [("near", D(0), D("2.25"), 10), ("near", D("2.25"), D(6), 10), ("near", D(6), D("14.5"), 12)]
+# The same G for results rounded to f16 or bf16 next (kir_gelu16): single-word coefficients,
+# fewer and longer pieces, 2^-22 instead of 2^-28.
+GELU16_PIECES = [("near", D(0), D(4), 10), ("near", D(4), D("14.5"), 10)]
+
+
+def gelu_near(a):
+    return (erfcx_dec(a / D(2).sqrt()) / 2).ln()
+
+
+def fit_erfc(ty, pieces=None, near=erfc_near, words=2):
     """Per piece: the minimax coefficients with c0 and c1 as double-word values (hi, lo of the
     type: ir/math.c adds c0 + c1 t exactly) and the others rounded to the type. Rounding c2 and
     up costs a few bits of the minimax error, which stays below 2^-28 (f32) and 2^-58 (f64); a
     refit of the remaining coefficients (fit_rounded) degenerates here, the fixed terms
-    vanishing at t = 0 inside the interval."""
+    vanishing at t = 0 inside the interval. gelu's pieces come through `pieces` and `near`."""
     out = []
-    for kind, lo, hi, deg in ERFC_PIECES[ty]:
+    for kind, lo, hi, deg in pieces or ERFC_PIECES[ty]:
         if kind == "near":
             c = (lo + hi) / 2
-            g, a, b = (lambda t, c=c: erfc_near(t + c)), lo - c, hi - c
+            g, a, b = (lambda t, c=c: near(t + c)), lo - c, hi - c
         else:
             c = D(0)
             g, a, b = erfc_far, 1 / (hi * hi), 1 / (lo * lo)
         emax, cs = remez(g, w_one, a, b, deg, npts=600, iters=20)
         cr, exact = [], []
         for j, v in enumerate(cs):
-            parts = split(v, ty, 2 if j < 2 else 1)
+            parts = split(v, ty, words if j < 2 else 1)
             cr += parts
             exact.append(sum(D(p) for p in parts))
         out.append((kind, lo, hi, c, cr, emax, rounded_error(g, w_one, a, b, exact, npts=800)))
@@ -397,17 +411,23 @@ def constants():
 
 
 def main():
-    names = sys.argv[1:] or list(FITS) + ["erfc_f32", "erfc_f64", "constants"]
+    names = sys.argv[1:] or list(FITS) + ["erfc_f32", "erfc_f64", "gelu_f32", "gelu16_f32", "constants"]
     for name in names:
         if name == "constants":
             constants()
-        elif name.startswith("erfc_"):
-            ty = name[5:]
-            for i, (kind, lo, hi, c, cr, e, er) in enumerate(fit_erfc(ty)):
+        elif name.startswith("erfc_") or name.startswith("gelu"):
+            ty, tbl = (name[5:], "ERFC") if name.startswith("erfc_") else ("f32", name[:-4].upper())
+            if tbl == "ERFC":
+                pieces = fit_erfc(ty)
+            else:
+                pieces = fit_erfc(ty, GELU_PIECES, gelu_near) if tbl == "GELU" else \
+                    fit_erfc(ty, GELU16_PIECES, gelu_near, words=1)
+            for i, (kind, lo, hi, c, cr, e, er) in enumerate(pieces):
                 var = f"t = x - {float(c)}" if kind == "near" else "w = 1/x^2"
                 print(f"/* {name} {kind} [{lo}, {hi}) {var}: minimax 2^{float(e.ln() / LN2):.1f}, "
                       f"rounded 2^{float(er.ln() / LN2):.1f} */")
-                print(f"static const double ERFC{i}_{ty[1:]}[] = {{" + ", ".join(float(x).hex() for x in cr) + "};")
+                sep = "_" if tbl[-1].isdigit() else ""
+                print(f"static const double {tbl}{sep}{i}_{ty[1:]}[] = {{" + ", ".join(float(x).hex() for x in cr) + "};")
         else:
             cr, e, er = fit(name)
             ty = FITS[name][5]

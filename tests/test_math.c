@@ -457,6 +457,55 @@ ACCURACY_TESTS(TANH)
 ACCURACY_TESTS(ERF)
 ACCURACY_TESTS(ERFC)
 
+/* gelu of f16 and bf16 values, as fusion lowers it (kir_unary_op_to: kir_gelu16's f32 math, then
+ * the store's rounding): every one of the 65536 inputs of each format, against gelu_l, in ulps
+ * of the 16-bit format. kir_gelu16's f32 error (about 2^-20 relative) adds 2^-9 (f16) and 2^-12
+ * (bf16) units to the store's half unit; the subnormal results of the 16-bit format are measured
+ * in its smallest subnormal's units the same way. Also counts the results that are not the
+ * correctly rounded ones (near ties only). */
+static void sweep16(burnc_dtype_t dt, int p, int emin, double bound)
+{
+    mk m;
+    kir_init(&m.k, 1, 1);
+    m.dt = dt;
+    m.arity = 1;
+    m.k.n_inputs = m.k.n_outputs = 1;
+    m.k.inputs[0] = (kir_slot){.dtype = dt, .stride = {KIR_STRIDE_UNIT}};
+    m.k.outputs[0] = (kir_slot){.dtype = dt, .stride = {KIR_STRIDE_UNIT}};
+    int32_t r = kir_unary_op_to(&m.k, IR_OP_GELU, KIR_F32, kir_emit(&m.k, KIR_LOAD, KIR_F32, 0, -1, -1), NULL, dt);
+    m.k.n_stores = 1;
+    m.k.stores[0] = (kir_store){.slot = 0, .value = r};
+    char why[256];
+    cr_assert(kir_valid(&m.k, why, sizeof why), "gelu16: invalid kernel: %s", why);
+    static uint16_t x[65536], y[65536];
+    for (int i = 0; i < 65536; i++)
+        x[i] = (uint16_t)i;
+    mk_run(&m, x, NULL, y, 65536);
+    bool h = dt == BURNC_DTYPE_F16;
+    worst w = {0};
+    long off = 0;
+    for (int i = 0; i < 65536; i++) {
+        double xv = h ? ir_f16_to_f64(x[i]) : ir_bf16_to_f64(x[i]), got = h ? ir_f16_to_f64(y[i]) : ir_bf16_to_f64(y[i]);
+        long double ref = gelu_l(xv);
+        double rounded = h ? ir_f16_to_f64(ir_f64_to_f16((double)ref)) : ir_bf16_to_f64(ir_f64_to_bf16((double)ref));
+        double err = ulp_err(got, ref, rounded, p, emin);
+        note(&w, err, xv, 0, got, (double)ref);
+        off += !isnan(got) && got != rounded && !(got == 0 && rounded == 0);
+    }
+    fprintf(stderr, "# gelu %s: max error %.4f ulp at x=%a (got %a, ref %a); %ld of 65536 not correctly rounded\n",
+            burnc_dtype_name(dt), w.err, w.x, w.got, w.ref, off);
+    cr_assert(w.err <= bound, "gelu %s: error %.4f ulp > %.4f at x=%a: got %a, reference %a", burnc_dtype_name(dt),
+              w.err, bound, w.x, w.got, w.ref);
+    kir_free(&m.k);
+}
+
+Test(math, GELU_f16_bf16_every_input)
+{
+    sweep16(BURNC_DTYPE_F16, 11, -14, 0.5 + 0x1p-8);
+    sweep16(BURNC_DTYPE_BF16, 8, -126, 0.5 + 0x1p-11);
+    BT_LEAK_CHECK();
+}
+
 /* gelu, as an op: erfc's error and the composition's two roundings, in ulps of the result (3).
  * Below x = -13.0031 (f32) and -37.5379 (f64), erfc(-x/sqrt 2) < 2^-126 (2^-1022) is subnormal,
  * off by up to about one unit of the smallest subnormal, which the factor x/2 multiplies: there

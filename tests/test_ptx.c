@@ -512,6 +512,22 @@ Test(ptx, elementwise_gelu)
     BT_LEAK_CHECK();
 }
 
+/* The gelu op as the recorder emits it (ir/kernel_ops.c): f32 math stored as bf16, the
+ * matmul epilogue of the bench's gelu(A @ B + bias). */
+Test(ptx, elementwise_gelu_op)
+{
+    kir_kernel k;
+    kir_init(&k, 1, 1);
+    int a = in_slot(&k, BURNC_DTYPE_BF16, "1");
+    int o = out_slot(&k, BURNC_DTYPE_BF16, "1");
+    STORE(&k, o, kir_unary_op_to(&k, IR_OP_GELU, KIR_F32, LD(&k, a), NULL, BURNC_DTYPE_BF16), false);
+    snprintf(k.name, sizeof k.name, "gelu_op");
+    char *ptx = gen_ptx(&k, NULL);
+    free(ptx);
+    kir_free(&k);
+    BT_LEAK_CHECK();
+}
+
 /* ---- Row kernels ------------------------------------------------------------------------------ */
 
 /* softmax over the last axis of [rows, n] (dt storage, f32 math): max, sum of exp, divide. */
