@@ -215,6 +215,18 @@ static const fpfmt FMT_F16 = {16, 10, 5, 15}, FMT_BF16 = {16, 7, 8, 127};
 static LLVMValueRef narrow_bits(cg_emit *g, LLVMValueRef x, fpfmt s, fpfmt d, int w)
 {
     LLVMBuilderRef b = g->b;
+    if (s.bits == 32 && d.exp_bits == 8) {
+        /* f32 -> bf16, one exponent range: the general steps reduce to rounding the pattern at
+         * bit 16 (subnormals, the carry into the exponent and overflow to inf fall out of it;
+         * no sign carry short of NaN), and a NaN keeps its top bits, made quiet. Same bits in
+         * a fifth of the instructions. */
+        LLVMValueRef odd = LLVMBuildAnd(b, LLVMBuildLShr(b, x, kint(g->t_i32, 16, w), ""), kint(g->t_i32, 1, w), "");
+        LLVMValueRef r = LLVMBuildAdd(b, LLVMBuildAdd(b, x, kint(g->t_i32, 0x7fff, w), ""), odd, "");
+        LLVMValueRef nan = LLVMBuildOr(b, x, kint(g->t_i32, 0x400000, w), "");
+        LLVMValueRef au = LLVMBuildAnd(b, x, kint(g->t_i32, 0x7fffffff, w), "");
+        r = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntUGT, au, kint(g->t_i32, 0x7f800000, w), ""), nan, r, "");
+        return LLVMBuildTrunc(b, LLVMBuildLShr(b, r, kint(g->t_i32, 16, w), ""), vty(g->t_i16, w), "");
+    }
     LLVMTypeRef it = LLVMIntTypeInContext(g->ctx, (unsigned)s.bits);
     const uint64_t one = 1;
     int shift_d = s.mant - d.mant;

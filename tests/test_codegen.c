@@ -750,6 +750,51 @@ Test(codegen, converts)
     BT_LEAK_CHECK();
 }
 
+/* f32 -> bf16 (a store and KIR_ROUND): codegen's short form for this pair against the
+ * library's conversion, over every 509th f32 pattern and dense windows at the edges (0,
+ * subnormals, the overflow threshold, infinity and NaNs, both signs), compiled and through the
+ * interpreter. */
+Test(codegen, narrows_f32_to_bf16_like_the_library)
+{
+    static const uint32_t EDGES[] = {0x00000000, 0x00800000, 0x7f7f8000, 0x7f800000, 0x7fc00000, 0x3f800000};
+    enum { STEP = 509, WIN = 4096 };
+    int64_t n = (int64_t)(UINT64_C(1) << 32) / STEP + 2 * (int64_t)COUNT(EDGES) * 2 * WIN;
+    kir_kernel k;
+    kir_init(&k, 1, 1);
+    snprintf(k.name, sizeof k.name, "narrow_bf16");
+    int a = in_slot(&k, BURNC_DTYPE_F32, "1");
+    int32_t v = LD(&k, a);
+    STORE(&k, out_slot(&k, BURNC_DTYPE_BF16, "1"), v, false);
+    STORE(&k, out_slot(&k, BURNC_DTYPE_F32, "1"), ROUND(&k, v, KIR_BF16), false);
+    launch L;
+    launch_init(&L, &k, (const int64_t[]){n});
+    launch_buffers(&L, NULL, NULL, NULL, NULL);
+    uint32_t *x = L.in[0];
+    int64_t i = 0;
+    for (uint64_t u = 0; u < (UINT64_C(1) << 32) && i < n; u += STEP)
+        x[i++] = (uint32_t)u;
+    for (size_t e = 0; e < COUNT(EDGES); e++)
+        for (uint32_t sign = 0; sign < 2; sign++)
+            for (int d = -WIN; d < WIN && i < n; d++)
+                x[i++] = (EDGES[e] + (uint32_t)d) ^ (sign << 31);
+    for (; i < n; i++)
+        x[i] = 0x7f800001u;
+    check_launch(&L, NULL, NULL);
+    const uint16_t *h = L.out[JIT][0];
+    const float *r = L.out[JIT][1];
+    for (i = 0; i < n; i++) {
+        float f;
+        memcpy(&f, &x[i], sizeof f);
+        uint16_t want = burnc_f32_to_bf16(f);
+        cr_assert_eq(h[i], want, "f32 %#010x -> bf16 %#06x, the library gives %#06x", x[i], h[i], want);
+        float w = burnc_bf16_to_f32(want), got = r[i];
+        cr_assert(memcmp(&got, &w, sizeof w) == 0 || (isnan(got) && isnan(w)), "round %#010x: %a, not %a", x[i],
+                  got, w);
+    }
+    launch_free(&L);
+    BT_LEAK_CHECK();
+}
+
 /* ---- The opcode sweep -------------------------------------------------------------------- */
 
 static const kir_type SWEEP_TYPES[] = {KIR_BOOL, KIR_U8, KIR_I32, KIR_U32, KIR_I64, KIR_U64, KIR_F32, KIR_F64};

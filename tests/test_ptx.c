@@ -16,6 +16,7 @@
 #include "codegen/cg.h"
 #include "codegen/ptx.h"
 #include "kernel.h"
+#include "kernel_ops.h"
 #include "tests/common.h"
 #include "tests/kir_build.h"
 
@@ -522,6 +523,16 @@ Test(ptx, elementwise_gelu_op)
     int o = out_slot(&k, BURNC_DTYPE_BF16, "1");
     STORE(&k, o, kir_unary_op_to(&k, IR_OP_GELU, KIR_F32, LD(&k, a), NULL, BURNC_DTYPE_BF16), false);
     snprintf(k.name, sizeof k.name, "gelu_op");
+    free(gen_ptx(&k, NULL));
+    kir_free(&k);
+    /* gelu(x + bias) over rows, bias broadcast along them */
+    kir_init(&k, 2, 1);
+    a = in_slot(&k, BURNC_DTYPE_BF16, "21");
+    int bias = in_slot(&k, BURNC_DTYPE_BF16, "01");
+    o = out_slot(&k, BURNC_DTYPE_BF16, "21");
+    int32_t s = kir_round(&k, OP2(&k, KIR_ADD, KIR_F32, LD(&k, a), LD(&k, bias)), KIR_BF16);
+    STORE(&k, o, kir_unary_op_to(&k, IR_OP_GELU, KIR_F32, s, NULL, BURNC_DTYPE_BF16), false);
+    snprintf(k.name, sizeof k.name, "bias_gelu_op");
     char *ptx = gen_ptx(&k, NULL);
     free(ptx);
     kir_free(&k);
