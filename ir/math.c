@@ -879,19 +879,27 @@ static int32_t gelu_finish(mb *b, int32_t x, int32_t ax, int32_t below, int32_t 
     return sel(b, is_nan(b, x), x, r);
 }
 
-/* gelu's argument: |x| into *ax, the clamped a returned, in[i] whether a lies below the end of
- * piece i and in[n] the mid of a's piece. */
-static int32_t gelu_piece(mb *b, int32_t x, const erfc_piece *pc, int n, int32_t *ax, int32_t *in)
+/* gelu's argument: ax = |x|, a = ax clamped to the pieces, h + hl = a^2/2 exactly, in[i] whether
+ * a lies below the end of piece i and in[n] the mid of a's piece. */
+typedef struct gelu_arg {
+    int32_t ax, a, h, hl;
+} gelu_arg;
+
+static gelu_arg gelu_piece(mb *b, int32_t x, const erfc_piece *pc, int n, int32_t *in)
 {
-    *ax = fabs_(b, x);
-    int32_t a = clamp(b, *ax, 0.0, pc[n - 1].hi);
+    gelu_arg g;
+    g.ax = fabs_(b, x);
+    g.a = clamp(b, g.ax, 0.0, pc[n - 1].hi);
+    int32_t aa = mul(b, g.a, g.a);
+    g.h = mul(b, aa, c(b, 0.5));
+    g.hl = mul(b, fma_(b, g.a, g.a, neg(b, aa)), c(b, 0.5));
     double mids[ERFC_MAX_PIECES];
     for (int i = 0; i < n; i++) {
-        in[i] = cmp(b, KIR_LT, a, c(b, pc[i].hi));
+        in[i] = cmp(b, KIR_LT, g.a, c(b, pc[i].hi));
         mids[i] = pc[i].mid;
     }
     in[n] = by_piece(b, in, n, mids);
-    return a;
+    return g;
 }
 
 /* f32 gelu x = x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2, without erfc's argument scaling and
@@ -908,18 +916,17 @@ int32_t kir_gelu(kir_kernel *k, int32_t x)
         return -1;
     enum { N = (int)(sizeof GELU_F32 / sizeof GELU_F32[0]) };
     const erfc_piece *pc = GELU_F32;
-    int32_t ax, in[N + 1], a = gelu_piece(&b, x, pc, N, &ax, in);
-    dw t = two_sum(&b, a, neg(&b, in[N])); /* inexact below a quarter of mid 0 */
+    int32_t in[N + 1];
+    gelu_arg ga = gelu_piece(&b, x, pc, N, in);
+    dw t = two_sum(&b, ga.a, neg(&b, in[N])); /* inexact below a quarter of mid 0 */
     dw p = erfc_poly(&b, in, pc, N, t.hi, t.lo);
-    int32_t aa = mul(&b, a, a);
-    int32_t h = mul(&b, aa, c(&b, 0.5)), hl = mul(&b, fma_(&b, a, a, neg(&b, aa)), c(&b, 0.5));
-    dw l = two_sum(&b, neg(&b, h), p.hi);
-    exp_red e = exp_reduce(&b, l.hi, add(&b, l.lo, sub(&b, p.lo, hl)));
+    dw l = two_sum(&b, neg(&b, ga.h), p.hi);
+    exp_red e = exp_reduce(&b, l.hi, add(&b, l.lo, sub(&b, p.lo, ga.hl)));
     int32_t et = exp_tail(&b, e);
     dw y = fast_two_sum(&b, c(&b, 1), e.r);
     int32_t q = add(&b, y.hi, add(&b, y.lo, et));
     int32_t n = small_int(&b, e.k);
-    return gelu_finish(&b, x, ax, scale2(&b, mul(&b, x, q), n), scale2(&b, q, n), pc[N - 1].hi);
+    return gelu_finish(&b, x, ga.ax, scale2(&b, mul(&b, x, q), n), scale2(&b, q, n), pc[N - 1].hi);
 }
 
 /* kir_gelu for a result rounded to f16 or bf16 next: relative error about 2^-20 before that
@@ -934,22 +941,21 @@ int32_t kir_gelu16(kir_kernel *k, int32_t x)
         return -1;
     enum { N = (int)(sizeof GELU16_F32 / sizeof GELU16_F32[0]) };
     const erfc_piece *pc = GELU16_F32;
-    int32_t ax, in[N + 1], a = gelu_piece(&b, x, pc, N, &ax, in);
-    int32_t t = sub(&b, a, in[N]);
+    int32_t in[N + 1];
+    gelu_arg ga = gelu_piece(&b, x, pc, N, in);
+    int32_t t = sub(&b, ga.a, in[N]);
     int32_t g = erfc_coef(&b, in, pc, N, pc[0].n - 1);
     for (int j = pc[0].n - 2; j >= 0; j--)
         g = fma_(&b, g, t, erfc_coef(&b, in, pc, N, j));
-    /* L = g - h - hl with h + hl = a^2/2 exactly; r = L - k ln2 with -h - k LN2H in one fma
+    /* L = g - h - hl; r = L - k ln2 with -h - k LN2H in one fma
      * (exact from h >= 4 on, where both are multiples of 2^-21; else within 2^-22 of e^L) */
-    int32_t aa = mul(&b, a, a);
-    int32_t h = mul(&b, aa, c(&b, 0.5)), hl = mul(&b, fma_(&b, a, a, neg(&b, aa)), c(&b, 0.5));
-    int32_t kf = op1(&b, KIR_RINT, mul(&b, sub(&b, g, h), LOG2E(&b)));
-    int32_t r = add(&b, fma_(&b, neg(&b, kf), LN2H(&b), neg(&b, h)), g);
-    r = sub(&b, fma_(&b, neg(&b, kf), LN2L(&b), r), hl);
+    int32_t kf = op1(&b, KIR_RINT, mul(&b, sub(&b, g, ga.h), LOG2E(&b)));
+    int32_t r = add(&b, fma_(&b, neg(&b, kf), LN2H(&b), neg(&b, ga.h)), g);
+    r = sub(&b, fma_(&b, neg(&b, kf), LN2L(&b), r), ga.hl);
     int32_t rr = mul(&b, r, r);
     int32_t q = add(&b, c(&b, 1), fma_(&b, rr, horner(&b, r, TBL(&b, EXP), TBL_N(&b, EXP)), r));
     int32_t tail = scale2(&b, q, small_int(&b, kf));
-    return gelu_finish(&b, x, ax, mul(&b, x, tail), tail, pc[N - 1].hi);
+    return gelu_finish(&b, x, ga.ax, mul(&b, x, tail), tail, pc[N - 1].hi);
 }
 
 /* ---- atan2 ---------------------------------------------------------------------------------- */
