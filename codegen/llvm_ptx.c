@@ -1588,6 +1588,15 @@ static bool emit_rows_block(gen *g, bool smem)
 
 /* ---- Rows side by side: the column entry ------------------------------------------------- */
 
+/* log2 of a power of two. */
+static int ilog2(int v)
+{
+    int n = 0;
+    while ((1 << (n + 1)) <= v)
+        n++;
+    return n;
+}
+
 /* Leaves a row of the column entry may have: 2^CSTACK_DEPTH (positions are below 2^64). */
 enum { CSTACK_DEPTH = 64 - LEAF_SHIFT };
 
@@ -1595,7 +1604,12 @@ enum { CSTACK_DEPTH = 64 - LEAF_SHIFT };
  * lane t >> cols_shift of row t % C. Per stage and leaf, each thread combines its lane's
  * positions (lane_acc), the lanes' records meet in shared memory, warp w (there are C) does
  * row w's lane tree and stacks the leaf; after the last leaf it folds the stack
- * (stage_by_leaves' order), and every thread reads its row's result back. Element stores take
+ * (stage_by_leaves' order), and every thread reads its row's result back. A block of P > 1
+ * such groups (element stores: cg_ptx_cols_threads) sums P leaves of each row at a time, its
+ * warps do their P C lane trees side by side, and row w's warp stacks the P results in leaf
+ * order: the same leaves, trees and stack as one group, with P times the loads in flight and a
+ * third of the barriers a leaf (the GELU backward over 4096 x 1024 waited at them for two
+ * thirds of its 252 us, its other three quarters of threads idle meanwhile). Element stores take
  * every thread of the block (g->cols_threads: position j of row i by thread i + C (j mod 32 s),
  * with s = cols_threads / 32 C), first when early_stores allows. Threads past the last row
  * read nothing and store nothing, but keep to the barriers; their offsets are the last row's. */
@@ -1614,7 +1628,15 @@ static bool emit_cols(gen *g)
     row_begin(&e, &r, umin64(g, row, LLVMBuildSub(b, count, ki64(g, 1), "")));
     LLVMValueRef n_leaves =
         LLVMBuildLShr(b, LLVMBuildAdd(b, e.row_len, ki64(g, KIR_LEAF - 1), ""), ki64(g, LEAF_SHIFT), "");
-    LLVMValueRef mine = LLVMBuildAdd(b, LLVMBuildShl(b, col, ki64(g, 5), ""), lane, ""),
+    /* P groups of C x 32 threads (all of the block's) take P leaves of every row at a time:
+     * thread t sums lane (t >> cols_shift) % 32 of leaf `round P + group` (P is 1 for a
+     * kernel without element stores, whose block is one group) */
+    int P = g->cols_threads >> (g->cols_shift + 5);
+    LLVMValueRef lane_k = LLVMBuildAnd(b, lane, ki64(g, 31), ""), grp = LLVMBuildLShr(b, lane, ki64(g, 5), "");
+    LLVMValueRef mine = LLVMBuildAdd(b, LLVMBuildShl(b, LLVMBuildAdd(b, LLVMBuildShl(b, grp, ki64(g, g->cols_shift), ""),
+                                                                        col, ""),
+                                                        ki64(g, 5), ""),
+                                     lane_k, ""),
                  theirs = LLVMBuildAdd(b, LLVMBuildShl(b, warp, ki64(g, 5), ""), e.lane, "");
     LLVMValueRef ix = LLVMBuildMul(b, warp, ki64(g, 2 * CSTACK_DEPTH), "");
     LLVMValueRef stack = LLVMBuildGEP2(b, g->e.t_i64, g->sh_cstack, &ix, 1, "");
@@ -1629,32 +1651,48 @@ static bool emit_cols(gen *g)
         barrier(g); /* (other threads' stores: visible to the block after it) */
         e.stored = true;
     }
+    LLVMValueRef rounds = LLVMBuildLShr(b, LLVMBuildAdd(b, n_leaves, ki64(g, P - 1), ""), ki64(g, ilog2(P)), "");
     for (int st = 0; st < k->n_stages && ok; st++) {
         int comb = k->stages[st].combiner, t = stage_type(k, st);
         LLVMValueRef v, p;
         loop lf;
-        loop_begin(&e, &lf, ki64(g, 0), ki64(g, 1), n_leaves);
-        LLVMValueRef start = LLVMBuildShl(b, lf.i, ki64(g, LEAF_SHIFT), "");
+        loop_begin(&e, &lf, ki64(g, 0), ki64(g, 1), rounds);
+        LLVMValueRef leaf = LLVMBuildAdd(b, LLVMBuildShl(b, lf.i, ki64(g, ilog2(P)), ""), grp, "");
+        LLVMValueRef start = LLVMBuildShl(b, leaf, ki64(g, LEAF_SHIFT), "");
         LLVMValueRef end = umin64(g, e.row_len, LLVMBuildAdd(b, start, ki64(g, KIR_LEAF), ""));
-        end = LLVMBuildSelect(b, valid, end, start, "");
-        LLVMBasicBlockRef cont = cg_if_begin(&e.g->e, staged, "lanes");
+        end = LLVMBuildSelect(b, LLVMBuildAnd(b, valid, LLVMBuildICmp(b, LLVMIntULT, leaf, n_leaves, ""), ""), end,
+                              start, "");
         /* the row entries' groups: twice as many (more loads in flight per thread, as rows of
          * one leaf have only 32 lanes) measured 0.25 ms against 0.12 on colsum's 16384 x 1024
          * on the H200 */
-        ok = lane_acc(&e, &r, st, LLVMBuildAdd(b, start, lane, ""), end, group_size(k, is_arg_comb(comb)), &v, &p);
+        ok = lane_acc(&e, &r, st, LLVMBuildAdd(b, start, lane_k, ""), end, group_size(k, is_arg_comb(comb)), &v, &p);
         rec_store(g, g->sh_cols, mine, v, p);
-        cg_if_end(&e.g->e, cont);
         barrier(g);
-        cont = cg_if_begin(&e.g->e, staged, "tree");
+        /* warp w does the lane tree of row w % C's leaf round P + w / C */
         rec_load(g, g->sh_cols, theirs, t, &v, &p);
         warp_tree(&e, comb, t, &v, &p);
-        LLVMBasicBlockRef c2 = cg_if_begin(&e.g->e, lane0, "push");
-        stack_push(&e, st, stack, lf.i, v, p);
+        LLVMBasicBlockRef c2 = cg_if_begin(&e.g->e, LLVMBuildAnd(b, lane0, staged, ""), "push");
+        if (P == 1)
+            stack_push(&e, st, stack, lf.i, v, p);
         cg_if_end(&e.g->e, c2);
-        cg_if_end(&e.g->e, cont);
-        barrier(g); /* the records are read before the next leaf writes them */
+        if (P > 1) { /* the round's leaves go on each row's stack in order, by the row's warp */
+            c2 = cg_if_begin(&e.g->e, lane0, "leaf");
+            rec_store(g, g->sh_cres, warp, v, p);
+            cg_if_end(&e.g->e, c2);
+            barrier(g);
+            c2 = cg_if_begin(&e.g->e, LLVMBuildAnd(b, lane0, staged, ""), "push");
+            for (int q = 0; q < P; q++) {
+                LLVMValueRef lq = LLVMBuildAdd(b, LLVMBuildShl(b, lf.i, ki64(g, ilog2(P)), ""), ki64(g, q), "");
+                LLVMBasicBlockRef c3 = cg_if_begin(&e.g->e, LLVMBuildICmp(b, LLVMIntULT, lq, n_leaves, ""), "in");
+                rec_load(g, g->sh_cres, LLVMBuildAdd(b, warp, ki64(g, (int64_t)q << g->cols_shift), ""), t, &v, &p);
+                stack_push(&e, st, stack, lq, v, p);
+                cg_if_end(&e.g->e, c3);
+            }
+            cg_if_end(&e.g->e, c2);
+        }
+        barrier(g); /* the records are read before the next round writes them */
         loop_end(&e, &lf);
-        cont = cg_if_begin(&e.g->e, LLVMBuildAnd(b, lane0, staged, ""), "fold");
+        LLVMBasicBlockRef cont = cg_if_begin(&e.g->e, LLVMBuildAnd(b, lane0, staged, ""), "fold");
         stack_fold(&e, st, stack, n_leaves, &v, &p);
         rec_store(g, g->sh_cres, warp, v, p);
         cg_if_end(&e.g->e, cont);
@@ -1840,9 +1878,9 @@ static bool build_module(gen *g)
     if (cg_ptx_has_cols(g->e.k)) {
         /* 42.5 KB at 32 rows a block, under the 48 KB of static shared memory */
         unsigned cols = 1u << g->cols_shift;
-        g->sh_cols = shared_array(g, "burnc_sh_cols", 2 * cols * W);
+        g->sh_cols = shared_array(g, "burnc_sh_cols", 2 * (unsigned)g->cols_threads); /* a record a thread */
         g->sh_cstack = shared_array(g, "burnc_sh_cstack", 2 * cols * CSTACK_DEPTH);
-        g->sh_cres = shared_array(g, "burnc_sh_cres", 2 * cols);
+        g->sh_cres = shared_array(g, "burnc_sh_cres", 2 * (unsigned)g->cols_threads / W); /* a record a warp */
         if (!emit_cols(g))
             return false;
         /* up to 1024 threads: without the promise ptxas may take more than 64 registers, and
