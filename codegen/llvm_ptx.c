@@ -1586,8 +1586,6 @@ static bool emit_rows_block(gen *g, bool smem)
     return ok;
 }
 
-/* ---- Rows side by side: the column entry ------------------------------------------------- */
-
 /* log2 of a power of two. */
 static int ilog2(int v)
 {
@@ -1596,6 +1594,8 @@ static int ilog2(int v)
         n++;
     return n;
 }
+
+/* ---- Rows side by side: the column entry ------------------------------------------------- */
 
 /* Leaves a row of the column entry may have: 2^CSTACK_DEPTH (positions are below 2^64). */
 enum { CSTACK_DEPTH = 64 - LEAF_SHIFT };
@@ -1651,13 +1651,15 @@ static bool emit_cols(gen *g)
         barrier(g); /* (other threads' stores: visible to the block after it) */
         e.stored = true;
     }
-    LLVMValueRef rounds = LLVMBuildLShr(b, LLVMBuildAdd(b, n_leaves, ki64(g, P - 1), ""), ki64(g, ilog2(P)), "");
+    int pshift = ilog2(P);
+    LLVMValueRef rounds = LLVMBuildLShr(b, LLVMBuildAdd(b, n_leaves, ki64(g, P - 1), ""), ki64(g, pshift), "");
     for (int st = 0; st < k->n_stages && ok; st++) {
         int comb = k->stages[st].combiner, t = stage_type(k, st);
         LLVMValueRef v, p;
         loop lf;
         loop_begin(&e, &lf, ki64(g, 0), ki64(g, 1), rounds);
-        LLVMValueRef leaf = LLVMBuildAdd(b, LLVMBuildShl(b, lf.i, ki64(g, ilog2(P)), ""), grp, "");
+        LLVMValueRef first = LLVMBuildShl(b, lf.i, ki64(g, pshift), ""); /* the round's first leaf */
+        LLVMValueRef leaf = LLVMBuildAdd(b, first, grp, "");
         LLVMValueRef start = LLVMBuildShl(b, leaf, ki64(g, LEAF_SHIFT), "");
         LLVMValueRef end = umin64(g, e.row_len, LLVMBuildAdd(b, start, ki64(g, KIR_LEAF), ""));
         end = LLVMBuildSelect(b, LLVMBuildAnd(b, valid, LLVMBuildICmp(b, LLVMIntULT, leaf, n_leaves, ""), ""), end,
@@ -1682,7 +1684,7 @@ static bool emit_cols(gen *g)
             barrier(g);
             c2 = cg_if_begin(&e.g->e, LLVMBuildAnd(b, lane0, staged, ""), "push");
             for (int q = 0; q < P; q++) {
-                LLVMValueRef lq = LLVMBuildAdd(b, LLVMBuildShl(b, lf.i, ki64(g, ilog2(P)), ""), ki64(g, q), "");
+                LLVMValueRef lq = LLVMBuildAdd(b, first, ki64(g, q), "");
                 LLVMBasicBlockRef c3 = cg_if_begin(&e.g->e, LLVMBuildICmp(b, LLVMIntULT, lq, n_leaves, ""), "in");
                 rec_load(g, g->sh_cres, LLVMBuildAdd(b, warp, ki64(g, (int64_t)q << g->cols_shift), ""), t, &v, &p);
                 stack_push(&e, st, stack, lq, v, p);
@@ -1955,8 +1957,7 @@ static bool ptx_options(const kir_kernel *k, const cg_ptx_options *opt, gen *g, 
     g->items = opt->items ? opt->items : cg_ptx_default_items(k);
     g->rows_per_block = opt->rows_per_block ? opt->rows_per_block : CG_PTX_DEFAULT_ROWS_PER_BLOCK;
     g->block = opt->block ? opt->block : CG_PTX_DEFAULT_BLOCK;
-    for (g->cols_shift = 0; 1 << g->cols_shift < cg_ptx_cols(opt);)
-        g->cols_shift++;
+    g->cols_shift = ilog2(cg_ptx_cols(opt));
     g->cols_threads = cg_ptx_cols_threads(k, opt);
     g->lay = cg_ptx_params_layout(k);
     if (g->lay.n_words > CG_PTX_MAX_PARAM_WORDS)
