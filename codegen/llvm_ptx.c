@@ -566,6 +566,7 @@ typedef struct group_ctx {
     int group;        /* sites per group */
     const bool *need; /* instructions whose loads `pre` issues */
     int st;           /* the stage accumulated */
+    bool stores;      /* ... and the element stores at each position (lane_acc) */
     LLVMValueRef acc, accp;
     int slot; /* the input copied */
 } group_ctx;
@@ -891,24 +892,34 @@ static bool accumulate(site *s, group_ctx *c)
     LLVMBuildStore(b, nv, c->acc);
     if (arg)
         LLVMBuildStore(b, np, c->accp);
+    if (c->stores)
+        emit_stores(s, ST_ELEM);
     return true;
 }
 
 /* One lane's part of stage `st` in row r: positions first, first + 32, ... < end combined in
- * order from the identity, loads in groups of `group`. */
-static bool lane_acc(ent *e, rowc *r, int st, LLVMValueRef first, LLVMValueRef end, int group, LLVMValueRef *v,
-                     LLVMValueRef *p)
+ * order from the identity, loads in groups of `group`; with `stores`, each position's element
+ * stores too (none may use the stage's result), from the same evaluation. */
+static bool lane_acc(ent *e, rowc *r, int st, LLVMValueRef first, LLVMValueRef end, int group, bool stores,
+                     LLVMValueRef *v, LLVMValueRef *p)
 {
     gen *g = e->g;
     LLVMBuilderRef b = g->e.b;
     int comb = g->e.k->stages[st].combiner, t = stage_type(g->e.k, st);
     group_ctx c = {.group = group,
                    .st = st,
+                   .stores = stores,
                    .acc = entry_alloca(e, cg_ty_of(&g->e, t)),
                    .accp = entry_alloca(e, g->e.t_i64)};
     LLVMBuildStore(b, cg_identity(&g->e, comb, t, 1), c.acc);
     LLVMBuildStore(b, ki64(g, INT64_MAX), c.accp);
-    bool *need = reach(g->e.k, &g->e.k->stages[st].value, 1, e);
+    const kir_kernel *k = g->e.k;
+    int32_t roots[1 + KIR_MAX_OUTPUTS] = {k->stages[st].value};
+    int n = 1;
+    for (int i = 0; stores && i < k->n_stores; i++)
+        if (!k->stores[i].row)
+            roots[n++] = k->stores[i].value;
+    bool *need = reach(k, roots, n, e);
     c.need = need;
     bool ok = need && positions(e, r, first, ki64(g, W), end, pre_loads, accumulate, &c);
     free(need);
@@ -918,14 +929,15 @@ static bool lane_acc(ent *e, rowc *r, int st, LLVMValueRef first, LLVMValueRef e
 }
 
 /* The result of stage `st` over row positions [start, end) (at most one leaf) of row r, by the
- * whole warp: lane l combines positions start + l, start + l + 32, ... (lane_acc), then the
- * lane tree. Every lane gets the result. */
-static bool leaf_result(ent *e, rowc *r, int st, LLVMValueRef start, LLVMValueRef end, LLVMValueRef *v, LLVMValueRef *p)
+ * whole warp: lane l combines positions start + l, start + l + 32, ... (lane_acc, with the
+ * element stores when `stores`), then the lane tree. Every lane gets the result. */
+static bool leaf_result(ent *e, rowc *r, int st, LLVMValueRef start, LLVMValueRef end, bool stores, LLVMValueRef *v,
+                        LLVMValueRef *p)
 {
     const kir_kernel *k = e->g->e.k;
     int comb = k->stages[st].combiner;
     bool ok = lane_acc(e, r, st, LLVMBuildAdd(e->g->e.b, start, e->lane, ""), end, group_size(k, is_arg_comb(comb)),
-                       v, p);
+                       stores, v, p);
     warp_tree(e, comb, stage_type(k, st), v, p);
     return ok;
 }
@@ -1077,7 +1089,8 @@ static bool has_elem_stores(const kir_kernel *k)
 /* Element stores that may run before the stages ("early"): none of their values uses a stage's
  * result, and no output overwrites an input (a stage would read what they wrote). An entry
  * whose threads then evaluate the stages at the very positions they stored (the warp-per-row
- * and column entries) reads back, instead of evaluating again, each stored value that costs
+ * entry; the column and leaves entries store in the last stage's pass instead) reads back,
+ * instead of evaluating again, each stored value that costs
  * EARLY_COST or more instructions and sits in an output of its own type that moves along every
  * axis (one element per position): a GELU's backward, stored for the next layer and summed over
  * the batch for the bias, is evaluated once instead of once per phase. Sets g->readback (NULL
@@ -1150,7 +1163,7 @@ static bool emit_rows_warp(gen *g)
     }
     for (int st = 0; st < g->e.k->n_stages && ok; st++) {
         LLVMValueRef v, p;
-        ok = leaf_result(&e, &r, st, ki64(g, 0), e.row_len, &v, &p);
+        ok = leaf_result(&e, &r, st, ki64(g, 0), e.row_len, false, &v, &p);
         r.reduced[st] = stage_value(g, st, v, p);
     }
     if (ok && has_elem_stores(g->e.k) && !g->readback)
@@ -1202,7 +1215,7 @@ static bool leaf_or_identity(ent *e, rowc *r, int st, LLVMValueRef leaf, LLVMVal
     LLVMValueRef start = LLVMBuildShl(b, leaf, ki64(g, LEAF_SHIFT), "");
     LLVMValueRef end = umin64(g, e->row_len, LLVMBuildAdd(b, start, ki64(g, KIR_LEAF), ""));
     LLVMValueRef lv, lp;
-    bool ok = leaf_result(e, r, st, start, end, &lv, &lp);
+    bool ok = leaf_result(e, r, st, start, end, false, &lv, &lp);
     LLVMBuildStore(b, lv, av);
     LLVMBuildStore(b, lp, ap);
     cg_if_end(&e->g->e, cont);
@@ -1608,11 +1621,15 @@ enum { CSTACK_DEPTH = 64 - LEAF_SHIFT };
  * such groups (element stores: cg_ptx_cols_threads) sums P leaves of each row at a time, its
  * warps do their P C lane trees side by side, and row w's warp stacks the P results in leaf
  * order: the same leaves, trees and stack as one group, with P times the loads in flight and a
- * third of the barriers a leaf (the GELU backward over 4096 x 1024 waited at them for two
- * thirds of its 252 us, its other three quarters of threads idle meanwhile). Element stores take
- * every thread of the block (g->cols_threads: position j of row i by thread i + C (j mod 32 s),
- * with s = cols_threads / 32 C), first when early_stores allows. Threads past the last row
- * read nothing and store nothing, but keep to the barriers; their offsets are the last row's. */
+ * third of the barriers a leaf. Element stores that do not use the last stage's result
+ * (cg_ptx_cols_pass_stores) go in that stage's pass, each where its lane has just evaluated
+ * the position, with P = 1: a GELU's backward stored for the next layer and summed for the
+ * bias over 4096 x 1024 took 222 us on the H200 with them spread over 4 times the threads
+ * (stored first, read back: 64 registers a thread, spilling), against 49 us for the same
+ * kernel without the stores. Other element stores take every thread of the block after the
+ * stages (g->cols_threads: position j of row i by thread i + C (j mod 32 s), with s =
+ * cols_threads / 32 C). Threads past the last row read nothing and store nothing, but keep to
+ * the barriers; their offsets are the last row's. */
 static bool emit_cols(gen *g)
 {
     ent e;
@@ -1630,7 +1647,7 @@ static bool emit_cols(gen *g)
         LLVMBuildLShr(b, LLVMBuildAdd(b, e.row_len, ki64(g, KIR_LEAF - 1), ""), ki64(g, LEAF_SHIFT), "");
     /* P groups of C x 32 threads (all of the block's) take P leaves of every row at a time:
      * thread t sums lane (t >> cols_shift) % 32 of leaf `round P + group` (P is 1 for a
-     * kernel without element stores, whose block is one group) */
+     * kernel without element stores after its stages, whose block is one group) */
     int P = g->cols_threads >> (g->cols_shift + 5);
     LLVMValueRef lane_k = LLVMBuildAnd(b, lane, ki64(g, 31), ""), grp = LLVMBuildLShr(b, lane, ki64(g, 5), "");
     LLVMValueRef mine = LLVMBuildAdd(b, LLVMBuildShl(b, LLVMBuildAdd(b, LLVMBuildShl(b, grp, ki64(g, g->cols_shift), ""),
@@ -1645,12 +1662,7 @@ static bool emit_cols(gen *g)
     /* the stages' warps: a lane of each row (warp-uniform) */
     LLVMValueRef staged = LLVMBuildICmp(b, LLVMIntULT, warp, ki64(g, 1 << g->cols_shift), "");
     LLVMValueRef spread = ki64(g, g->cols_threads >> g->cols_shift); /* 32 s */
-    bool ok = true;
-    if (g->readback) { /* stored first, read back by the stages (early_stores) */
-        ok = elem_stores_to(&e, &r, lane, spread, stores_end);
-        barrier(g); /* (other threads' stores: visible to the block after it) */
-        e.stored = true;
-    }
+    bool ok = true, pass_stores = cg_ptx_cols_pass_stores(k); /* then P is 1 (cg_ptx_cols_threads) */
     int pshift = ilog2(P);
     LLVMValueRef rounds = LLVMBuildLShr(b, LLVMBuildAdd(b, n_leaves, ki64(g, P - 1), ""), ki64(g, pshift), "");
     for (int st = 0; st < k->n_stages && ok; st++) {
@@ -1667,7 +1679,8 @@ static bool emit_cols(gen *g)
         /* the row entries' groups: twice as many (more loads in flight per thread, as rows of
          * one leaf have only 32 lanes) measured 0.25 ms against 0.12 on colsum's 16384 x 1024
          * on the H200 */
-        ok = lane_acc(&e, &r, st, LLVMBuildAdd(b, start, lane_k, ""), end, group_size(k, is_arg_comb(comb)), &v, &p);
+        ok = lane_acc(&e, &r, st, LLVMBuildAdd(b, start, lane_k, ""), end, group_size(k, is_arg_comb(comb)),
+                      pass_stores && st == k->n_stages - 1, &v, &p);
         rec_store(g, g->sh_cols, mine, v, p);
         barrier(g);
         /* warp w does the lane tree of row w % C's leaf round P + w / C */
@@ -1703,7 +1716,7 @@ static bool emit_cols(gen *g)
         barrier(g); /* read before a later stage writes it */
         r.reduced[st] = stage_value(g, st, v, p);
     }
-    if (ok && has_elem_stores(k) && !g->readback)
+    if (ok && has_elem_stores(k) && !pass_stores)
         ok = elem_stores_to(&e, &r, lane, spread, stores_end);
     if (ok)
         ok = row_stores(&e, &r, LLVMBuildAnd(b, valid, LLVMBuildICmp(b, LLVMIntEQ, lane, ki64(g, 0), ""), ""));
@@ -1738,11 +1751,9 @@ static bool emit_leaves(gen *g)
     LLVMValueRef start = LLVMBuildShl(b, leaf, ki64(g, LEAF_SHIFT), "");
     LLVMValueRef end = umin64(g, e.row_len, LLVMBuildAdd(b, start, ki64(g, KIR_LEAF), ""));
     LLVMValueRef v, p;
-    bool ok = leaf_result(&e, &r, 0, start, end, &v, &p);
-    /* element stores (none uses the stage's result: cg_ptx_has_multipass) by the same warp,
-     * over the leaf it has just read */
-    if (has_elem_stores(g->e.k))
-        ok = elem_stores_to(&e, &r, LLVMBuildAdd(b, start, e.lane, ""), ki64(g, W), end) && ok;
+    /* element stores (none uses the stage's result: cg_ptx_has_multipass) at the positions the
+     * lanes combine, from the same evaluation */
+    bool ok = leaf_result(&e, &r, 0, start, end, has_elem_stores(g->e.k), &v, &p);
     LLVMBasicBlockRef c2 = cg_if_begin(&e.g->e, LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), ""), "rec");
     rec_store(g, scratch(&e, CG_PTX_L_DST), gw, v, p);
     cg_if_end(&e.g->e, c2);

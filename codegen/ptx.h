@@ -155,17 +155,18 @@ static inline bool cg_ptx_has_inner(const kir_kernel *k)
  * row entries, one position per row); the multi-pass trio needs one stage, and element stores
  * only of values that do not use its result: the leaves entry does them beside the leaf's
  * combine (the loss of a training step: its mean, and the difference kept for backward). */
-enum { CG_PTX_MULTIPASS_MAX_INSTS = 2048 }; /* past this, no multi-pass (a stack mark array) */
+enum { CG_PTX_MULTIPASS_MAX_INSTS = 2048 }; /* past this, no multi-pass and no column pass with
+                                             * stores (a stack mark array) */
 static inline bool cg_ptx_is_elementwise(const kir_kernel *k) { return k->n_outer == k->rank && k->n_stages == 0; }
 
-/* Whether no element store's value uses a stage's result (KIR_REDUCED); uses[n_insts] is
- * scratch: instruction i uses one. */
-static inline bool cg_ptx_elem_stores_independent(const kir_kernel *k, bool *uses)
+/* Whether no element store's value uses the result (KIR_REDUCED) of stage `from` or a later
+ * one; uses[n_insts] is scratch: instruction i uses one. */
+static inline bool cg_ptx_elem_stores_before(const kir_kernel *k, int from, bool *uses)
 {
     for (int i = 0; i < k->n_insts; i++) {
         const kir_inst *in = &k->insts[i];
         int32_t o[3] = {in->a, in->b, in->c};
-        uses[i] = in->op == KIR_REDUCED;
+        uses[i] = in->op == KIR_REDUCED && in->a >= from;
         for (int j = 0; j < kir_n_operands(in->op); j++)
             uses[i] |= o[j] >= 0 && o[j] < i && uses[o[j]];
     }
@@ -173,6 +174,12 @@ static inline bool cg_ptx_elem_stores_independent(const kir_kernel *k, bool *use
         if (!k->stores[i].row && uses[k->stores[i].value])
             return false;
     return true;
+}
+
+/* Whether no element store's value uses a stage's result. */
+static inline bool cg_ptx_elem_stores_independent(const kir_kernel *k, bool *uses)
+{
+    return cg_ptx_elem_stores_before(k, 0, uses);
 }
 
 static inline bool cg_ptx_has_multipass(const kir_kernel *k)
@@ -416,16 +423,29 @@ static inline int cg_ptx_cols(const cg_ptx_options *o)
     return c;
 }
 
+/* Whether the column entry does the element stores in its last stage's pass, each where the
+ * lane that combines the position has just evaluated it: none uses that stage's result. */
+static inline bool cg_ptx_cols_pass_stores(const kir_kernel *k)
+{
+    bool elem = false;
+    for (int i = 0; i < k->n_stores; i++)
+        elem |= !k->stores[i].row;
+    if (!elem || k->n_stages == 0 || k->n_insts > CG_PTX_MULTIPASS_MAX_INSTS)
+        return false;
+    bool uses[CG_PTX_MULTIPASS_MAX_INSTS];
+    return cg_ptx_elem_stores_before(k, k->n_stages - 1, uses);
+}
+
 /* The column entry's threads a block: a lane of each of its rows, times up to 4 (at most 1024)
- * when the kernel has element stores, which any thread may do: a row of one leaf has only 32
- * lanes, and a GELU's backward stored over it is worth more threads than its sums. */
+ * when the kernel has element stores that must wait for every stage, which any thread may do
+ * then: a row of one leaf has only 32 lanes. */
 static inline int cg_ptx_cols_threads(const kir_kernel *k, const cg_ptx_options *o)
 {
-    int lanes = cg_ptx_cols(o) * KIR_LANES, t = lanes;
+    int lanes = cg_ptx_cols(o) * KIR_LANES;
+    bool elem = false;
     for (int i = 0; i < k->n_stores; i++)
-        if (!k->stores[i].row)
-            t = lanes * 4 > 1024 ? 1024 : lanes * 4;
-    return t;
+        elem |= !k->stores[i].row;
+    return elem && !cg_ptx_cols_pass_stores(k) ? (lanes * 4 > 1024 ? 1024 : lanes * 4) : lanes;
 }
 
 /* Positions per thread of an element-wise kernel when the options leave it 0. A thread keeps

@@ -1669,12 +1669,15 @@ Test(ptx, plan_columns)
 }
 
 /* A value stored at every position and used by the stages (a GELU kept for backward and summed
- * for a bias): the warp-per-row and column entries store it first and read it back (plain
- * ld.global, the only loads not through the non-coherent path) instead of evaluating it per
- * phase; a cheap value, or one written to an output of a narrower type, is evaluated again. */
+ * for a bias): the warp-per-row entry stores it first and reads it back (plain ld.global, the
+ * only loads not through the non-coherent path) instead of evaluating it per phase; a cheap
+ * value, or one written to an output of a narrower type, is evaluated again. The column entry
+ * stores it in its stage's pass, a lane a row at a time (its block: the lanes), unless the
+ * stored value uses the stage's result (variant 3): then every thread of 4 a lane stores after
+ * the stage. */
 Test(ptx, early_stores_read_back)
 {
-    for (int variant = 0; variant < 3; variant++) {
+    for (int variant = 0; variant < 4; variant++) {
         kir_kernel k;
         kir_init(&k, 2, 1);
         int x = in_slot(&k, BURNC_DTYPE_F32, "12");
@@ -1683,9 +1686,9 @@ Test(ptx, early_stores_read_back)
         int32_t v = LD(&k, x);
         if (variant != 1)
             v = kir_exp(&k, v); /* dozens of instructions */
-        int32_t w = OP2(&k, KIR_MUL, KIR_F32, v, LD(&k, x));
-        STORE(&k, o, REDUCED(&k, STAGE(&k, KIR_COMBINE_SUM, w)), true);
-        STORE(&k, g, v, false);
+        int32_t w = OP2(&k, KIR_MUL, KIR_F32, v, LD(&k, x)), red = REDUCED(&k, STAGE(&k, KIR_COMBINE_SUM, w));
+        STORE(&k, o, red, true);
+        STORE(&k, g, variant == 3 ? OP2(&k, KIR_MUL, KIR_F32, v, red) : v, false);
         snprintf(k.name, sizeof k.name, "early_%d", variant);
         char *ptx = gen_ptx(&k, NULL);
         static const char *const entries[] = {CG_PTX_ENTRY_ROWS_WARP, CG_PTX_ENTRY_COLS};
@@ -1698,16 +1701,18 @@ Test(ptx, early_stores_read_back)
             if (next)
                 keep = *next, *next = 0;
             bool plain = strstr(at, "ld.global.f32") != NULL;
-            /* 1024 threads: ptxas must fit them (64 registers each), or the launch fails */
-            cr_assert(e == 0 || strstr(at, ".maxntid 1024"), "%s: no .maxntid on the column entry", k.name);
+            /* the threads of the default 8 rows: ptxas must fit them, or the launch fails */
+            const char *maxntid = e == 0 ? NULL : variant == 3 ? ".maxntid 1024" : ".maxntid 256";
+            cr_assert(!maxntid || strstr(at, maxntid), "%s: no %s on the column entry", k.name, maxntid);
             if (next)
                 *next = keep;
-            cr_assert_eq(plain, variant == 0, "%s, %s: read back %d", k.name, entries[e], plain);
+            cr_assert_eq(plain, variant == 0 && e == 0, "%s, %s: read back %d", k.name, entries[e], plain);
         }
         free(ptx);
-        /* element stores: the column entry takes 4 threads a lane, up to 1024 */
-        static const int rpb[][2] = {{4, 512}, {8, 1024}, {32, 1024}};
-        for (size_t i = 0; i < COUNT(rpb); i++) {
+        /* element stores after the stage: the column entry takes 4 threads a lane, up to 1024 */
+        static const int rpb_pass[][2] = {{4, 128}, {8, 256}, {32, 1024}}, rpb_late[][2] = {{4, 512}, {8, 1024}, {32, 1024}};
+        const int(*rpb)[2] = variant == 3 ? rpb_late : rpb_pass;
+        for (size_t i = 0; i < COUNT(rpb_pass); i++) {
             cg_ptx_options opt = {.sm = 90, .rows_per_block = rpb[i][0]};
             launch_args la;
             contiguous_args(&k, &la, (int64_t[]){100, 300});
@@ -1834,9 +1839,9 @@ Test(ptx, gpu_rows_match_cpu)
  * columns): op 0 sum of x * w (burnc-bench's colsum), 1 softmax (two stages and element
  * stores), 2 argmax (positions), 3 mean and variance through a strided view (x transposed
  * back, so the rows are contiguous and the columns are not: the row entries); 4 and 5 a GELU
- * kept as an output and summed times x over axis 0 (the column entry) or 1 (the warp-per-row
- * entry for rows of a leaf or less): the stages read the GELU back (early_stores). Returns
- * the floats written to out. */
+ * kept as an output and summed times x over axis 0 (the column entry, which stores it in its
+ * stage's pass) or 1 (the warp-per-row entry for rows of a leaf or less, whose stage reads the
+ * GELU back: early_stores). Returns the floats written to out. */
 static int64_t col_op(burnc_device_t *dev, const float *data, int64_t n, int64_t m, int op, float *out)
 {
     burnc_scope_begin();
