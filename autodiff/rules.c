@@ -444,6 +444,27 @@ RULE(std) /* (x - mean) / ((count - correction) y) */
 }
 
 /* ---- Matmul ---- */
+/* Whether x's last two axes are swapped in memory (x @ w^T's transposed weight). */
+static bool transposed(const burnc_tensor_t *x)
+{
+    int r = x ? x->view.rank : 0;
+    return r >= 2 && x->view.shape[r - 2] > 1 && x->view.shape[r - 1] > 1 && x->view.strides[r - 2] == 1 &&
+           x->view.strides[r - 1] != 1;
+}
+
+/* p @ q laid out like `like`, the operand it is the gradient of: when that is transposed, as
+ * (q^T @ p^T)^T, which the transpose's rule turns back into the storage's own layout (a
+ * Linear's weight gradient, contiguous for the optimizer instead of copied). The same bits:
+ * every element is the same chain over k, each product's factors swapped. */
+static burnc_tensor_t *matmul_like(tmp *tl, const burnc_tensor_t *like, burnc_tensor_t *p, burnc_tensor_t *q)
+{
+    if (!transposed(like))
+        return burnc_matmul(p, q);
+    burnc_tensor_t *t = tmp_add(tl, burnc_matmul(tmp_add(tl, burnc_transpose(q, -1, -2)),
+                                                 tmp_add(tl, burnc_transpose(p, -1, -2))));
+    return burnc_transpose(t, -1, -2);
+}
+
 /* numpy.matmul's gradients: 1-D operands are matrices [1, K] and [K, 1] with the added axis
  * dropped from the output, batch axes broadcast (summed back by backward). */
 RULE(matmul)
@@ -461,7 +482,7 @@ RULE(matmul)
     if (ib->rank == 1)
         g2 = T(burnc_unsqueeze(g2, -1));
     if (W(0)) {
-        burnc_tensor_t *ga = T(burnc_matmul(g2, T(burnc_transpose(b, -1, -2))));
+        burnc_tensor_t *ga = T(matmul_like(&tl, a, g2, T(burnc_transpose(b, -1, -2))));
         if (ia->rank == 1) {
             int64_t ks[2] = {1, ia->shape[0]};
             ga = T(ad_sum_to(ga, 2, ks));
@@ -469,7 +490,7 @@ RULE(matmul)
         gin[0] = !ga ? NULL : ia->rank == 1 ? burnc_reshape(ga, 1, ia->shape) : ad_sum_to(ga, ia->rank, ia->shape);
     }
     if (W(1)) {
-        burnc_tensor_t *gb = T(burnc_matmul(T(burnc_transpose(a, -1, -2)), g2));
+        burnc_tensor_t *gb = T(matmul_like(&tl, b, T(burnc_transpose(a, -1, -2)), g2));
         if (ib->rank == 1) {
             int64_t ks[2] = {ib->shape[0], 1};
             gb = T(ad_sum_to(gb, 2, ks));

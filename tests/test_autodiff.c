@@ -298,6 +298,8 @@ static burnc_tensor_t *f_layer_norm_affine(burnc_tensor_t *const *x)
     return burnc_layer_norm_affine(x[0], 2, x[1], x[2], 1e-5);
 }
 static burnc_tensor_t *f_matmul(burnc_tensor_t *const *x) { return burnc_matmul(x[0], x[1]); }
+static burnc_tensor_t *f_matmul_wt(burnc_tensor_t *const *x) { return burnc_matmul(x[0], burnc_transpose(x[1], 0, 1)); }
+static burnc_tensor_t *f_matmul_xt(burnc_tensor_t *const *x) { return burnc_matmul(burnc_transpose(x[0], 0, 1), x[1]); }
 
 static const ad_case reduce_cases[] = {
     {"sum axis 1", f_sum1, 1, {3}, {S(2, 3, 2)}, -2, 2, 0},
@@ -320,6 +322,8 @@ static const ad_case reduce_cases[] = {
     {"matmul vector-matrix", f_matmul, 2, {1, 2}, {S(3), S(3, 4)}, -2, 2, 0},
     {"matmul matrix-vector", f_matmul, 2, {3, 1}, {S(2, 2, 3), S(3)}, -2, 2, 0},
     {"matmul vector-vector", f_matmul, 2, {1, 1}, {S(3), S(3)}, -2, 2, 0},
+    {"matmul transposed weight", f_matmul_wt, 2, {2, 2}, {S(2, 3), S(4, 3)}, -2, 2, 0},
+    {"matmul transposed input", f_matmul_xt, 2, {2, 2}, {S(3, 2), S(3, 4)}, -2, 2, 0},
 };
 
 Test(autodiff, reduction_matmul_rules_against_finite_differences)
@@ -433,6 +437,46 @@ Test(autodiff, movement_rules_against_finite_differences)
 Test(autodiff, movement_rules_device_against_ref)
 {
     check_cases(movement_cases, sizeof movement_cases / sizeof *movement_cases, test_device());
+    BT_LEAK_CHECK();
+}
+
+/* x @ w^T (a Linear's weight kept [out, in]): the weight's gradient comes out dense, as the
+ * optimizer reads it (no copy), and bitwise the product gy^T @ x it is: the matmul rule makes
+ * it as (x^T @ gy)^T's transpose, the same chain over k with each product's factors swapped. */
+Test(autodiff, transposed_weight_gradient_dense_and_exact)
+{
+    burnc_device_t *plain = open_or_skip(test_device()), *dev = burnc_device_autodiff(plain);
+    cr_assert_not_null(dev, "%s", burnc_error_message());
+    enum { B = 37, I = 19, O = 11 };
+    static float xv[B * I], wv[O * I], rv[B * O], got[O * I], want[O * I];
+    uint64_t st = 7;
+    for (int i = 0; i < B * I; i++)
+        xv[i] = (float)draw(&st, -2, 2);
+    for (int i = 0; i < O * I; i++)
+        wv[i] = (float)draw(&st, -2, 2);
+    for (int i = 0; i < B * O; i++)
+        rv[i] = (float)draw(&st, -2, 2);
+    burnc_scope_begin();
+    burnc_tensor_t *x = bt_f32(dev, 2, (int64_t[]){B, I}, xv), *r = bt_f32(dev, 2, (int64_t[]){B, O}, rv);
+    burnc_tensor_t *w = burnc_tensor_keep(burnc_tensor_require_grad(bt_f32(dev, 2, (int64_t[]){O, I}, wv)));
+    burnc_tensor_t *y = burnc_matmul(x, burnc_transpose(w, 0, 1));
+    burnc_grads_t *g = burnc_backward(burnc_sum(burnc_mul(y, r), 0, NULL, false));
+    cr_assert_not_null(g, "%s", burnc_error_message());
+    burnc_tensor_t *gw = BT_NOT_NULL(burnc_grad(g, w));
+    const int64_t *strides = burnc_tensor_strides(gw);
+    cr_assert(strides[0] == I && strides[1] == 1, "the weight's gradient has strides %lld, %lld",
+              (long long)strides[0], (long long)strides[1]);
+    bt_read_f32(gw, got, O * I);
+    bt_read_f32(BT_NOT_NULL(burnc_matmul(burnc_transpose(r, 0, 1), x)), want, O * I);
+    for (int i = 0; i < O * I; i++)
+        cr_assert(!memcmp(&got[i], &want[i], sizeof *got), "%s: dw[%d] is %a, r^T @ x %a", test_device(), i,
+                  (double)got[i], (double)want[i]);
+    burnc_tensor_release(gw);
+    burnc_grads_release(g);
+    burnc_tensor_release(w);
+    burnc_scope_end();
+    burnc_device_release(dev);
+    burnc_device_release(plain);
     BT_LEAK_CHECK();
 }
 
