@@ -558,7 +558,7 @@ static LLVMValueRef umin64(gen *g, LLVMValueRef a, LLVMValueRef b)
  * positions, fewer than a group, go one at a time. Sites that divide their position into several
  * reduced indices, or carry an i64 position (ARG combiners), take groups of 4: 8 of them kept
  * 90 registers live (a block of 1024 threads has 64 each). */
-enum { GROUP = 8 };
+enum { GROUP = 8, COLS_GROUP = 32 /* emit_cols_group */ };
 
 static int group_size(const kir_kernel *k, bool arg) { return arg || k->rank - k->n_outer > 1 ? GROUP / 2 : GROUP; }
 
@@ -602,7 +602,7 @@ static bool positions(ent *e, rowc *r, LLVMValueRef first, LLVMValueRef step, LL
     LLVMValueRef last = LLVMBuildAdd(b, i, LLVMBuildMul(b, step, ki64(g, n - 1), ""), "");
     LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, last, end, ""), body_bb, out);
     LLVMPositionBuilderAtEnd(b, body_bb);
-    site s[GROUP];
+    site s[COLS_GROUP];
     for (int u = 0; u < n; u++)
         site_begin(e, r, LLVMBuildAdd(b, i, LLVMBuildMul(b, step, ki64(g, u), ""), ""), &s[u]);
     bool ok = run_sites(s, n, pre, body, c);
@@ -897,6 +897,27 @@ static bool accumulate(site *s, group_ctx *c)
     return true;
 }
 
+/* The values a lane evaluates for stage st at a position: the stage's, and with `stores` the
+ * element stores'; returns how many. */
+static int stage_roots(const kir_kernel *k, int st, bool stores, int32_t roots[1 + KIR_MAX_OUTPUTS])
+{
+    int n = 0;
+    roots[n++] = k->stages[st].value;
+    for (int i = 0; stores && i < k->n_stores; i++)
+        if (!k->stores[i].row)
+            roots[n++] = k->stores[i].value;
+    return n;
+}
+
+/* How many of the instructions marked compute (not loads, constants or arguments). */
+static int compute_cost(const kir_kernel *k, const bool *mark)
+{
+    int n = 0;
+    for (int j = 0; j < k->n_insts; j++)
+        n += mark[j] && k->insts[j].op != KIR_LOAD && k->insts[j].op != KIR_CONST && k->insts[j].op != KIR_ARG;
+    return n;
+}
+
 /* One lane's part of stage `st` in row r: positions first, first + 32, ... < end combined in
  * order from the identity, loads in groups of `group`; with `stores`, each position's element
  * stores too (none may use the stage's result), from the same evaluation. */
@@ -913,13 +934,8 @@ static bool lane_acc(ent *e, rowc *r, int st, LLVMValueRef first, LLVMValueRef e
                    .accp = entry_alloca(e, g->e.t_i64)};
     LLVMBuildStore(b, cg_identity(&g->e, comb, t, 1), c.acc);
     LLVMBuildStore(b, ki64(g, INT64_MAX), c.accp);
-    const kir_kernel *k = g->e.k;
-    int32_t roots[1 + KIR_MAX_OUTPUTS] = {k->stages[st].value};
-    int n = 1;
-    for (int i = 0; stores && i < k->n_stores; i++)
-        if (!k->stores[i].row)
-            roots[n++] = k->stores[i].value;
-    bool *need = reach(k, roots, n, e);
+    int32_t roots[1 + KIR_MAX_OUTPUTS];
+    bool *need = reach(g->e.k, roots, stage_roots(g->e.k, st, stores, roots), e);
     c.need = need;
     bool ok = need && positions(e, r, first, ki64(g, W), end, pre_loads, accumulate, &c);
     free(need);
@@ -1125,9 +1141,7 @@ static bool early_stores(gen *g)
         if (st->row || rb[st->value] >= 0 || !moves || !same_bits(k->insts[st->value].type, k->outputs[st->slot].dtype))
             continue;
         bool *mark = reach(k, &st->value, 1, NULL); /* the value and what it is computed from */
-        int cost = 0;
-        for (size_t j = 0; mark && j < n; j++)
-            cost += mark[j] && k->insts[j].op != KIR_LOAD && k->insts[j].op != KIR_CONST && k->insts[j].op != KIR_ARG;
+        int cost = mark ? compute_cost(k, mark) : 0;
         ok = mark != NULL;
         free(mark);
         if (cost >= EARLY_COST) {
@@ -1613,6 +1627,21 @@ static int ilog2(int v)
 /* Leaves a row of the column entry may have: 2^CSTACK_DEPTH (positions are below 2^64). */
 enum { CSTACK_DEPTH = 64 - LEAF_SHIFT };
 
+/* The column entry's group for stage st (`stores`: with the element stores): a lane's
+ * positions lie a whole row of C apart in memory, one 4-byte load each, so a cheap stage (a
+ * plain sum over the batch: fewer than EARLY_COST instructions) waits on memory's latency
+ * group after group; it keeps COLS_GROUP loads in flight. */
+static int cols_group(const kir_kernel *k, int st, bool stores)
+{
+    int group = group_size(k, is_arg_comb(k->stages[st].combiner));
+    int32_t roots[1 + KIR_MAX_OUTPUTS];
+    bool *mark = group == GROUP ? reach(k, roots, stage_roots(k, st, stores, roots), NULL) : NULL;
+    if (mark && compute_cost(k, mark) < EARLY_COST)
+        group = COLS_GROUP;
+    free(mark);
+    return group;
+}
+
 /* With C = 2^cols_shift rows per block, block c takes rows c C + i (ptx.h): thread t works at
  * lane t >> cols_shift of row t % C. Per stage and leaf, each thread combines its lane's
  * positions (lane_acc), the lanes' records meet in shared memory, warp w (there are C) does
@@ -1679,8 +1708,8 @@ static bool emit_cols(gen *g)
         /* the row entries' groups: twice as many (more loads in flight per thread, as rows of
          * one leaf have only 32 lanes) measured 0.25 ms against 0.12 on colsum's 16384 x 1024
          * on the H200 */
-        ok = lane_acc(&e, &r, st, LLVMBuildAdd(b, start, lane_k, ""), end, group_size(k, is_arg_comb(comb)),
-                      pass_stores && st == k->n_stages - 1, &v, &p);
+        bool stores = pass_stores && st == k->n_stages - 1;
+        ok = lane_acc(&e, &r, st, LLVMBuildAdd(b, start, lane_k, ""), end, cols_group(k, st, stores), stores, &v, &p);
         rec_store(g, g->sh_cols, mine, v, p);
         barrier(g);
         /* warp w does the lane tree of row w % C's leaf round P + w / C */
