@@ -183,6 +183,32 @@ Test(cuda_mm, ptx_epilogue_bias_gelu)
     BT_LEAK_CHECK();
 }
 
+/* The tile heuristic (no GPU): 128x128 where its blocks fill the SMs, or come within a few of
+ * it (a 1024-wide layer's weight gradient, 1024 x 1024 x 4096, takes 64x128: 128 blocks on 132
+ * SMs, faster than 256 of 64x64 on the H200); 64x64 when even that leaves many SMs idle; and
+ * the small tile for a matrix of a few blocks. */
+Test(cuda_mm, heuristic_fills_the_sms)
+{
+    cuda_device cd = {.sms = 132, .cc = 90};
+    bool valid[CG_PTX_GEMM_N_TILES];
+    for (int t = 0; t < CG_PTX_GEMM_N_TILES; t++)
+        valid[t] = true;
+    static const struct {
+        int64_t m, n, batch;
+        int tile;
+    } cases[] = {{4096, 1024, 1, 0}, {1024, 1024, 1, 3}, {1536, 1408, 1, 0}, {512, 1024, 1, 4},
+                 {64, 64, 1, 5},     {1024, 1024, 2, 0}, {1024, 4096, 1, 0}, {128, 8192, 1, 3}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cuda_mm_problem p = {.dt = BURNC_DTYPE_F32, .m = cases[i].m, .n = cases[i].n, .k = 4096, .batch = cases[i].batch};
+        int t = cuda_mm_heuristic(&cd, &p, valid);
+        cr_assert_eq(t, cases[i].tile, "%lld x %lld x%lld: tile %d (%s), expected %d", (long long)p.m, (long long)p.n,
+                     (long long)p.batch, t, CG_PTX_GEMM_TILES[t].name, cases[i].tile);
+    }
+    valid[3] = false; /* the next one in order */
+    cuda_mm_problem p = {.dt = BURNC_DTYPE_F32, .m = 1024, .n = 1024, .k = 4096, .batch = 1};
+    cr_assert_eq(cuda_mm_heuristic(&cd, &p, valid), 2);
+}
+
 Test(cuda_mm, ptx_rejects_bad_specs)
 {
     char *ptx = NULL, err[512] = "";
