@@ -73,7 +73,8 @@ enum { CG_PTX_MAX_LAUNCHES = 16, CG_PTX_MAX_PARAM_WORDS = 512 };
  * positions of one row; the lanes' values meet in shared memory, where warp w does row w's lane
  * tree. Emitted when cg_ptx_has_cols; the planner takes it when the arguments' strides say so.
  * Its block is cg_ptx_cols_threads, whatever options.block says: the threads past the lanes
- * do element stores only. */
+ * (element stores that wait for the last stage) do element stores only; other element stores
+ * go in the last stage's pass (cg_ptx_cols_pass_stores). */
 #define CG_PTX_ENTRY_COLS "burnc_cols"
 
 /* The parameter block, in 8-byte words, the same for every entry of a kernel:
