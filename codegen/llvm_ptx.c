@@ -562,6 +562,9 @@ enum { GROUP = 8, WIDE_GROUP = 32 /* a cheap stage (wide_group) */ };
 
 static int group_size(const kir_kernel *k, bool arg) { return arg || k->rank - k->n_outer > 1 ? GROUP / 2 : GROUP; }
 
+/* The group of stage st's sites (an ARG combiner carries positions). */
+static int stage_group(const kir_kernel *k, int st) { return group_size(k, is_arg_comb(k->stages[st].combiner)); }
+
 typedef struct group_ctx {
     int group;        /* sites per group */
     const bool *need; /* instructions whose loads `pre` issues */
@@ -945,8 +948,9 @@ static bool lane_acc(ent *e, rowc *r, int st, LLVMValueRef first, LLVMValueRef e
 }
 
 /* The result of stage `st` over row positions [start, end) (at most one leaf) of row r, by the
- * whole warp: lane l combines positions start + l, start + l + 32, ... (lane_acc, with the
- * element stores when `stores`), then the lane tree. Every lane gets the result. */
+ * whole warp: lane l combines positions start + l, start + l + 32, ... (lane_acc, `group` sites
+ * at a time, with the element stores when `stores`), then the lane tree. Every lane gets the
+ * result. */
 static bool leaf_result(ent *e, rowc *r, int st, LLVMValueRef start, LLVMValueRef end, bool stores, int group,
                         LLVMValueRef *v, LLVMValueRef *p)
 {
@@ -1163,7 +1167,7 @@ static bool early_stores(gen *g)
  * 44.6 -> 41.5 us (48.7 and 42.5 with 16). */
 static int wide_group(const kir_kernel *k, int st, bool stores)
 {
-    int group = group_size(k, is_arg_comb(k->stages[st].combiner));
+    int group = stage_group(k, st);
     int32_t roots[1 + KIR_MAX_OUTPUTS];
     bool *mark = group == GROUP ? reach(k, roots, stage_roots(k, st, stores, roots), NULL) : NULL;
     if (mark && compute_cost(k, mark) < EARLY_COST)
@@ -1244,7 +1248,7 @@ static bool leaf_or_identity(ent *e, rowc *r, int st, LLVMValueRef leaf, LLVMVal
     LLVMValueRef start = LLVMBuildShl(b, leaf, ki64(g, LEAF_SHIFT), "");
     LLVMValueRef end = umin64(g, e->row_len, LLVMBuildAdd(b, start, ki64(g, KIR_LEAF), ""));
     LLVMValueRef lv, lp;
-    bool ok = leaf_result(e, r, st, start, end, false, group_size(g->e.k, is_arg_comb(g->e.k->stages[st].combiner)), &lv, &lp);
+    bool ok = leaf_result(e, r, st, start, end, false, stage_group(g->e.k, st), &lv, &lp);
     LLVMBuildStore(b, lv, av);
     LLVMBuildStore(b, lp, ap);
     cg_if_end(&e->g->e, cont);
@@ -1779,7 +1783,7 @@ static bool emit_leaves(gen *g)
     LLVMValueRef v, p;
     /* element stores (none uses the stage's result: cg_ptx_has_multipass) at the positions the
      * lanes combine, from the same evaluation */
-    bool ok = leaf_result(&e, &r, 0, start, end, has_elem_stores(g->e.k), group_size(g->e.k, is_arg_comb(g->e.k->stages[0].combiner)), &v, &p);
+    bool ok = leaf_result(&e, &r, 0, start, end, has_elem_stores(g->e.k), stage_group(g->e.k, 0), &v, &p);
     LLVMBasicBlockRef c2 = cg_if_begin(&e.g->e, LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), ""), "rec");
     rec_store(g, scratch(&e, CG_PTX_L_DST), gw, v, p);
     cg_if_end(&e.g->e, c2);
