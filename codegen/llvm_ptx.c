@@ -1097,13 +1097,6 @@ static bool row_stores(ent *e, rowc *r, LLVMValueRef cond)
     return ok;
 }
 
-static bool has_elem_stores(const kir_kernel *k)
-{
-    for (int i = 0; i < k->n_stores; i++)
-        if (!k->stores[i].row)
-            return true;
-    return false;
-}
 
 /* Element stores that may run before the stages ("early"): none of their values uses a stage's
  * result, and no output overwrites an input (a stage would read what they wrote). An entry
@@ -1125,7 +1118,7 @@ static bool same_bits(kir_type t, burnc_dtype_t dt)
 static bool early_stores(gen *g)
 {
     const kir_kernel *k = g->e.k;
-    if (!has_elem_stores(k) || k->n_stages == 0)
+    if (!cg_ptx_has_elem_stores(k) || k->n_stages == 0)
         return true;
     for (int o = 0; o < k->n_outputs; o++)
         if (k->in_place[o])
@@ -1199,7 +1192,7 @@ static bool emit_rows_warp(gen *g)
         ok = leaf_result(&e, &r, st, ki64(g, 0), e.row_len, false, wide_group(g->e.k, st, false), &v, &p);
         r.reduced[st] = stage_value(g, st, v, p);
     }
-    if (ok && has_elem_stores(g->e.k) && !g->readback)
+    if (ok && cg_ptx_has_elem_stores(g->e.k) && !g->readback)
         ok = elem_stores(&e, &r, e.lane, ki64(g, W));
     if (ok)
         ok = row_stores(&e, &r, LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), ""));
@@ -1622,7 +1615,7 @@ static bool emit_rows_block(gen *g, bool smem)
             ok = stage_by_leaves(&e, &r, st, &v, &p) && ok;
         r.reduced[st] = stage_value(g, st, v, p);
     }
-    if (ok && has_elem_stores(g->e.k))
+    if (ok && cg_ptx_has_elem_stores(g->e.k))
         ok = smem ? elem_stores_smem(&e, &r) : elem_stores(&e, &r, e.tid, sreg(g, "ntid.x"));
     if (ok)
         ok = row_stores(&e, &r, thread0);
@@ -1683,10 +1676,9 @@ static bool emit_cols(gen *g)
      * kernel without element stores after its stages, whose block is one group) */
     int P = g->cols_threads >> (g->cols_shift + 5);
     LLVMValueRef lane_k = LLVMBuildAnd(b, lane, ki64(g, 31), ""), grp = LLVMBuildLShr(b, lane, ki64(g, 5), "");
-    LLVMValueRef mine = LLVMBuildAdd(b, LLVMBuildShl(b, LLVMBuildAdd(b, LLVMBuildShl(b, grp, ki64(g, g->cols_shift), ""),
-                                                                        col, ""),
-                                                        ki64(g, 5), ""),
-                                     lane_k, ""),
+    /* the thread's record: lane lane_k of the tree of row col in group grp */
+    LLVMValueRef tree = LLVMBuildAdd(b, LLVMBuildShl(b, grp, ki64(g, g->cols_shift), ""), col, "");
+    LLVMValueRef mine = LLVMBuildAdd(b, LLVMBuildShl(b, tree, ki64(g, 5), ""), lane_k, ""),
                  theirs = LLVMBuildAdd(b, LLVMBuildShl(b, warp, ki64(g, 5), ""), e.lane, "");
     LLVMValueRef ix = LLVMBuildMul(b, warp, ki64(g, 2 * CSTACK_DEPTH), "");
     LLVMValueRef stack = LLVMBuildGEP2(b, g->e.t_i64, g->sh_cstack, &ix, 1, "");
@@ -1746,7 +1738,7 @@ static bool emit_cols(gen *g)
         barrier(g); /* read before a later stage writes it */
         r.reduced[st] = stage_value(g, st, v, p);
     }
-    if (ok && has_elem_stores(k) && !pass_stores)
+    if (ok && cg_ptx_has_elem_stores(k) && !pass_stores)
         ok = elem_stores_to(&e, &r, lane, spread, stores_end);
     if (ok)
         ok = row_stores(&e, &r, LLVMBuildAnd(b, valid, LLVMBuildICmp(b, LLVMIntEQ, lane, ki64(g, 0), ""), ""));
@@ -1783,7 +1775,7 @@ static bool emit_leaves(gen *g)
     LLVMValueRef v, p;
     /* element stores (none uses the stage's result: cg_ptx_has_multipass) at the positions the
      * lanes combine, from the same evaluation */
-    bool ok = leaf_result(&e, &r, 0, start, end, has_elem_stores(g->e.k), stage_group(g->e.k, 0), &v, &p);
+    bool ok = leaf_result(&e, &r, 0, start, end, cg_ptx_has_elem_stores(g->e.k), stage_group(g->e.k, 0), &v, &p);
     LLVMBasicBlockRef c2 = cg_if_begin(&e.g->e, LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), ""), "rec");
     rec_store(g, scratch(&e, CG_PTX_L_DST), gw, v, p);
     cg_if_end(&e.g->e, c2);

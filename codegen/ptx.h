@@ -160,6 +160,15 @@ enum { CG_PTX_MULTIPASS_MAX_INSTS = 2048 }; /* past this, no multi-pass and no c
                                              * stores (a stack mark array) */
 static inline bool cg_ptx_is_elementwise(const kir_kernel *k) { return k->n_outer == k->rank && k->n_stages == 0; }
 
+/* Whether the kernel stores at element positions (not only one value a row). */
+static inline bool cg_ptx_has_elem_stores(const kir_kernel *k)
+{
+    for (int i = 0; i < k->n_stores; i++)
+        if (!k->stores[i].row)
+            return true;
+    return false;
+}
+
 /* Whether no element store's value uses the result (KIR_REDUCED) of stage `from` or a later
  * one; uses[n_insts] is scratch: instruction i uses one. */
 static inline bool cg_ptx_elem_stores_before(const kir_kernel *k, int from, bool *uses)
@@ -187,10 +196,7 @@ static inline bool cg_ptx_has_multipass(const kir_kernel *k)
 {
     if (cg_ptx_is_elementwise(k) || k->n_stages != 1)
         return false;
-    bool elem = false;
-    for (int i = 0; i < k->n_stores; i++)
-        elem |= !k->stores[i].row;
-    if (!elem)
+    if (!cg_ptx_has_elem_stores(k))
         return true;
     if (k->n_insts > CG_PTX_MULTIPASS_MAX_INSTS)
         return false;
@@ -428,10 +434,7 @@ static inline int cg_ptx_cols(const cg_ptx_options *o)
  * lane that combines the position has just evaluated it: none uses that stage's result. */
 static inline bool cg_ptx_cols_pass_stores(const kir_kernel *k)
 {
-    bool elem = false;
-    for (int i = 0; i < k->n_stores; i++)
-        elem |= !k->stores[i].row;
-    if (!elem || k->n_stages == 0 || k->n_insts > CG_PTX_MULTIPASS_MAX_INSTS)
+    if (!cg_ptx_has_elem_stores(k) || k->n_stages == 0 || k->n_insts > CG_PTX_MULTIPASS_MAX_INSTS)
         return false;
     bool uses[CG_PTX_MULTIPASS_MAX_INSTS];
     return cg_ptx_elem_stores_before(k, k->n_stages - 1, uses);
@@ -443,10 +446,7 @@ static inline bool cg_ptx_cols_pass_stores(const kir_kernel *k)
 static inline int cg_ptx_cols_threads(const kir_kernel *k, const cg_ptx_options *o)
 {
     int lanes = cg_ptx_cols(o) * KIR_LANES;
-    bool elem = false;
-    for (int i = 0; i < k->n_stores; i++)
-        elem |= !k->stores[i].row;
-    return elem && !cg_ptx_cols_pass_stores(k) ? (lanes * 4 > 1024 ? 1024 : lanes * 4) : lanes;
+    return cg_ptx_has_elem_stores(k) && !cg_ptx_cols_pass_stores(k) ? (lanes * 4 > 1024 ? 1024 : lanes * 4) : lanes;
 }
 
 /* Positions per thread of an element-wise kernel when the options leave it 0. A thread keeps
