@@ -59,7 +59,7 @@ typedef struct cg_gemm_spec {
 #define CG_SYM_GEMM CG_SYM_ROWS
 
 /* What the LLVM module exports, as one table found with dlsym("burnc_llvm_api"). */
-enum { CG_LLVM_ABI = 5 };
+enum { CG_LLVM_ABI = 6 };
 typedef struct cg_llvm_api {
     int abi;          /* CG_LLVM_ABI */
     const char *llvm_version;
@@ -80,9 +80,10 @@ typedef struct cg_llvm_api {
     bool (*compile_gemm)(const cg_gemm_spec *spec, void **obj, size_t *obj_size, char *err, size_t err_cap);
     /* Lowers k to PTX for opt->sm (codegen/llvm_ptx.c; ptx.h says which entries the module
      * holds): a malloc'ed NUL-terminated text in *ptx, its length without the NUL in *ptx_size.
-     * False with the reason in err (e.g. a compute capability below 7.0). */
-    bool (*compile_ptx)(const kir_kernel *k, const cg_ptx_options *opt, char **ptx, size_t *ptx_size, char *err,
-                        size_t err_cap);
+     * False with the reason in err (e.g. a compute capability below 7.0). luts (may be NULL:
+     * none) are the kernel's 16-bit tables (cg_ptx_luts_make), put in the module's data. */
+    bool (*compile_ptx)(const kir_kernel *k, const cg_ptx_options *opt, const cg_ptx_luts *luts, char **ptx,
+                        size_t *ptx_size, char *err, size_t err_cap);
     /* The tensor-core matmul kernel of spec (codegen/ptx_mma.c, ptx_mma.h) as PTX text, like
      * compile_ptx. False with the reason in err (an invalid spec, sm below 8.0). */
     bool (*compile_mma_ptx)(const cg_mma_spec *spec, char **ptx, size_t *ptx_size, char *err, size_t err_cap);

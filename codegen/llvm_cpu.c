@@ -2150,8 +2150,8 @@ static bool compile_cpu(const kir_kernel *k, cg_cpu_kernel *out, void **obj, siz
 
 bool cg_llvm_compile_gemm(const cg_gemm_spec *spec, void **obj, size_t *obj_size, char *err,
                           size_t cap); /* llvm_gemm.c */
-bool cg_llvm_compile_ptx(const kir_kernel *k, const cg_ptx_options *opt, char **ptx, size_t *ptx_size, char *err,
-                         size_t cap); /* llvm_ptx.c */
+bool cg_llvm_compile_ptx(const kir_kernel *k, const cg_ptx_options *opt, const cg_ptx_luts *luts, char **ptx,
+                         size_t *ptx_size, char *err, size_t cap); /* llvm_ptx.c */
 bool cg_llvm_compile_mma_ptx(const cg_mma_spec *s, char **ptx, size_t *ptx_size, char *err,
                              size_t cap); /* ptx_mma.c */
 bool cg_llvm_compile_ptx_gemm(const cg_ptx_gemm_spec *s, char **ptx, size_t *ptx_size, char *err,

@@ -59,6 +59,9 @@ typedef struct gen {
     int *readback;               /* [n_insts]: the output an early element store keeps the value in, or -1
                                     (early_stores); NULL when the kernel has none */
     LLVMValueRef sh_part;        /* ... the warps' partial results */
+    const cg_ptx_luts *luts;     /* the kernel's 16-bit tables (cg_ptx_lut), or NULL */
+    const cg_ptx_lut *lut_of[KIR_MAX_OUTPUTS]; /* per store: its table, or NULL */
+    LLVMValueRef lut_data[KIR_MAX_OUTPUTS];    /* ... and that table in the module */
 } gen;
 
 /* ---- Float remainder, exactly -------------------------------------------------------------
@@ -480,6 +483,31 @@ static void store_mem(gen *g, LLVMValueRef base, LLVMValueRef off, LLVMTypeRef m
     LLVMSetAlignment(LLVMBuildStore(g->e.b, v, p), align);
 }
 
+/* Store st's value as its output's memory holds it: with a 16-bit table (cg_ptx_lut), the
+ * table's entry at the source's 16 bits (bf16: an f32's top half; f16: the exact conversion),
+ * read through the read-only path; else the value converted. */
+static LLVMValueRef store_value(site *s, int st)
+{
+    gen *g = s->e->g;
+    const kir_kernel *k = g->e.k;
+    const kir_store *x = &k->stores[st];
+    burnc_dtype_t dt = k->outputs[x->slot].dtype;
+    const cg_ptx_lut *l = g->lut_of[st];
+    if (!l)
+        return cg_to_mem(&g->e, ev(s, x->value), k->insts[x->value].type, dt, 1);
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef v = ev(s, l->src), bits;
+    if (l->src_dt == BURNC_DTYPE_BF16)
+        bits = LLVMBuildLShr(b, LLVMBuildBitCast(b, v, g->e.t_i32, ""), ki32(g, 16), "");
+    else
+        bits = LLVMBuildZExt(b, LLVMBuildBitCast(b, LLVMBuildFPTrunc(b, v, LLVMHalfTypeInContext(g->e.ctx), ""),
+                                                 g->e.t_i16, ""), g->e.t_i32, "");
+    LLVMValueRef i = LLVMBuildZExt(b, bits, g->e.t_i64, "");
+    LLVMTypeRef tys[2] = {g->e.t_i16, g->t_gptr};
+    LLVMValueRef args[2] = {LLVMBuildGEP2(b, g->e.t_i16, g->lut_data[st], &i, 1, ""), ki32(g, 2)};
+    return cg_call_intrinsic(&g->e, "llvm.nvvm.ldg.global.i", tys, 2, args, 2);
+}
+
 /* Which stores emit_stores emits: element stores, row stores (at the row's offsets), or all of
  * them (element-wise kernels, where a row is one position). */
 enum { ST_ELEM, ST_ROW, ST_ALL };
@@ -495,7 +523,7 @@ static void emit_stores(site *s, int which)
         if ((which == ST_ELEM && st->row) || (which == ST_ROW && !st->row))
             continue;
         burnc_dtype_t dt = k->outputs[st->slot].dtype;
-        LLVMValueRef v = cg_to_mem(&g->e, ev(s, st->value), k->insts[st->value].type, dt, 1);
+        LLVMValueRef v = store_value(s, i);
         LLVMValueRef off = which == ST_ROW ? s->r->out_off[st->slot] : s->out_off[st->slot];
         store_mem(g, e->out_base[st->slot], off, cg_mem_ty(&g->e, dt), v, cg_mem_align(dt));
     }
@@ -720,8 +748,7 @@ static bool ew_vec(ent *e, const LLVMValueRef *in_at, const LLVMValueRef *out_at
         si.item = it;
         for (int i = 0; ok && i < k->n_stores; i++) {
             const kir_store *st = &k->stores[i];
-            burnc_dtype_t dt = k->outputs[st->slot].dtype;
-            LLVMValueRef v = cg_to_mem(&g->e, ev(&si, st->value), k->insts[st->value].type, dt, 1);
+            LLVMValueRef v = store_value(&si, i);
             vout[st->slot] = n == 1 ? v : LLVMBuildInsertElement(g->e.b, vout[st->slot], v, ki32(g, it), "");
         }
         free(si.val);
@@ -1884,10 +1911,36 @@ static int fast_slot(const kir_kernel *k, const bool *cached)
     return in->a;
 }
 
+/* The 16-bit tables as constant global arrays. */
+static void lut_globals(gen *g)
+{
+    for (int i = 0; g->luts && i < g->luts->n; i++) {
+        const cg_ptx_lut *l = &g->luts->lut[i];
+        LLVMValueRef *v = malloc(CG_PTX_LUT_SIZE * sizeof *v);
+        if (!v)
+            continue; /* the store keeps its instructions */
+        for (int j = 0; j < CG_PTX_LUT_SIZE; j++)
+            v[j] = LLVMConstInt(g->e.t_i16, l->table[j], 0);
+        LLVMTypeRef at = LLVMArrayType2(g->e.t_i16, CG_PTX_LUT_SIZE);
+        char name[32];
+        snprintf(name, sizeof name, "burnc_lut%d", i);
+        LLVMValueRef gv = LLVMAddGlobalInAddressSpace(g->e.mod, at, name, 1);
+        LLVMSetInitializer(gv, LLVMConstArray2(g->e.t_i16, v, CG_PTX_LUT_SIZE));
+        free(v);
+        LLVMSetGlobalConstant(gv, 1);
+        LLVMSetLinkage(gv, LLVMInternalLinkage);
+        LLVMSetAlignment(gv, 16);
+        g->lut_of[l->store] = l;
+        g->lut_data[l->store] = gv;
+    }
+}
+
 static bool build_module(gen *g)
 {
-    if (cg_ptx_is_elementwise(g->e.k))
+    if (cg_ptx_is_elementwise(g->e.k)) {
+        lut_globals(g);
         return emit_ew(g);
+    }
     g->sh_leaf = shared_array(g, "burnc_sh_leaf", 2 * W);
     g->sh_stack = shared_array(g, "burnc_sh_stack", 2 * STACK_DEPTH);
     g->sh_res = shared_array(g, "burnc_sh_res", 2);
@@ -2005,10 +2058,26 @@ static bool ptx_options(const kir_kernel *k, const cg_ptx_options *opt, gen *g, 
     return true;
 }
 
-bool cg_llvm_compile_ptx(const kir_kernel *k, const cg_ptx_options *opt, char **ptx, size_t *ptx_size, char *err,
-                         size_t cap);
-bool cg_llvm_compile_ptx(const kir_kernel *k, const cg_ptx_options *opt, char **ptx, size_t *ptx_size, char *err,
-                         size_t cap)
+/* What a table claims, checked against the kernel (cg_ptx_lut_source made it). */
+static bool luts_ok(const kir_kernel *k, const cg_ptx_luts *l, char *err, size_t cap)
+{
+    bool taken[KIR_MAX_OUTPUTS] = {0};
+    for (int i = 0; l && i < l->n; i++) {
+        const cg_ptx_lut *x = &l->lut[i];
+        if (!cg_ptx_is_elementwise(k) || x->store < 0 || x->store >= k->n_stores || taken[x->store] || !x->table ||
+            x->src < 0 || x->src >= k->stores[x->store].value || k->insts[x->src].type != KIR_F32 ||
+            (x->src_dt != BURNC_DTYPE_F16 && x->src_dt != BURNC_DTYPE_BF16) ||
+            cg_ptx_dtype_size(k->outputs[k->stores[x->store].slot].dtype) != 2)
+            return cg_failf(err, cap, "compile_ptx %s: 16-bit table %d does not fit the kernel", k->name, i);
+        taken[x->store] = true;
+    }
+    return true;
+}
+
+bool cg_llvm_compile_ptx(const kir_kernel *k, const cg_ptx_options *opt, const cg_ptx_luts *luts, char **ptx,
+                         size_t *ptx_size, char *err, size_t cap);
+bool cg_llvm_compile_ptx(const kir_kernel *k, const cg_ptx_options *opt, const cg_ptx_luts *luts, char **ptx,
+                         size_t *ptx_size, char *err, size_t cap)
 {
     if (ptx)
         *ptx = NULL;
@@ -2018,8 +2087,8 @@ bool cg_llvm_compile_ptx(const kir_kernel *k, const cg_ptx_options *opt, char **
         return cg_failf(err, cap, "compile_ptx: no output");
     if (!cg_check_kernel(k, "compile_ptx", err, cap))
         return false;
-    gen g = {.e = {.k = k}, .fast_slot = -1};
-    if (!ptx_options(k, opt, &g, err, cap))
+    gen g = {.e = {.k = k}, .fast_slot = -1, .luts = luts};
+    if (!ptx_options(k, opt, &g, err, cap) || !luts_ok(k, luts, err, cap))
         return false;
     LLVMTargetMachineRef tm = ptx_tm(opt->sm, err, cap);
     if (!tm)

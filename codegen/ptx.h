@@ -494,6 +494,35 @@ typedef struct cg_ptx_plan {
     size_t scratch_bytes;                /* device scratch the launches need (multi-pass reductions) */
 } cg_ptx_plan;
 
+/* 16-bit functions by table (codegen/ptx_lut.c). An element store of an element-wise kernel
+ * into an f16 or bf16 output whose value is a function of one f16 or bf16 number alone (`src`:
+ * a load of such an input or a KIR_ROUND to such a type; everything else between them
+ * constants), through at least CG_PTX_LUT_MIN instructions, stores table[src's 16 bits]
+ * instead. The 65536 stored patterns come from kir_eval running those same instructions (the
+ * devices' results are bitwise equal, DESIGN.md), the generator puts the table in the module's
+ * constant data and the instructions in between are never emitted: a bf16 GELU is a load and
+ * a gather instead of about 100 instructions an element. The runtime makes the tables before
+ * compiling and hands them to compile_ptx; the same kernel always gets the same tables, so
+ * the PTX stays a function of the kernel and the options. */
+enum { CG_PTX_LUT_MIN = 24, CG_PTX_LUT_SIZE = 65536 };
+typedef struct cg_ptx_lut {
+    int store;            /* index into k->stores */
+    int32_t src;          /* the instruction whose 16 bits index the table */
+    burnc_dtype_t src_dt; /* its 16-bit type: BURNC_DTYPE_F16 or BURNC_DTYPE_BF16 */
+    uint16_t *table;      /* CG_PTX_LUT_SIZE patterns of the output's dtype */
+} cg_ptx_lut;
+typedef struct cg_ptx_luts {
+    int n;
+    cg_ptx_lut lut[KIR_MAX_OUTPUTS];
+} cg_ptx_luts;
+
+/* The source of store st's table, or -1 when that store does not take one. */
+int32_t cg_ptx_lut_source(const kir_kernel *k, int st);
+/* Finds k's tabulated stores and computes their tables into *out (cg_ptx_luts_free releases
+ * them). False when memory runs out (then out->n is 0 and nothing is held). */
+bool cg_ptx_luts_make(const kir_kernel *k, cg_ptx_luts *out);
+void cg_ptx_luts_free(cg_ptx_luts *l);
+
 /* Plans the launches of kernel k for the values of args, whose inputs/outputs hold device
  * addresses (CUdeviceptr cast to void *). Call once with scratch == 0 to learn
  * plan->scratch_bytes; when it is nonzero, that call plans no launch (plan->n == 0): call again

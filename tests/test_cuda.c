@@ -302,6 +302,54 @@ Test(cuda, elementwise_bitwise_equal_to_cpu)
     BT_LEAK_CHECK();
 }
 
+/* Every f16 and bf16 number through 16-bit chains that take a table on cuda (codegen/ptx_lut.c):
+ * gelu alone, gelu(x + b), and the chain above from the 16-bit tensor; bitwise the cpu
+ * device's, fused and not. */
+Test(cuda, lut16_every_16bit_input_equal_to_cpu)
+{
+    burnc_device_t *gpu = open_gpu();
+    burnc_device_t *cpu = open_cpu();
+    static const burnc_dtype_t dts[] = {BURNC_DTYPE_BF16, BURNC_DTYPE_F16};
+    int64_t n = 65536, shape[2] = {256, 256}, bshape[1] = {256};
+    uint16_t *x = malloc((size_t)n * 2), *a = malloc((size_t)n * 2), *b = malloc((size_t)n * 2);
+    uint16_t bias[256];
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (uint16_t)i;
+    for (int f = 1; f >= 0; f--)
+        for (size_t d = 0; d < 2; d++)
+            for (int form = 0; form < 3; form++) {
+                for (int i = 0; i < 256; i++) /* -0 and small values that round the sums */
+                    bias[i] = (uint16_t)(i == 0 ? 0x8000 : (dts[d] == BURNC_DTYPE_BF16 ? 0x3c00 : 0x1c00) + i);
+                burnc_tensor_t *y[2];
+                burnc_device_t *devs[2] = {gpu, cpu};
+                for (int v = 0; v < 2; v++) {
+                    BT_ASSERT_OK(burnc_device_set_fusion(devs[v], f));
+                    burnc_scope_begin();
+                    burnc_tensor_t *t = burnc_tensor_from_data(devs[v], dts[d], 2, shape, x);
+                    burnc_tensor_t *bt = burnc_tensor_from_data(devs[v], dts[d], 1, bshape, bias);
+                    y[v] = form == 0 ? burnc_gelu(t) : burnc_gelu(burnc_add(t, bt));
+                    if (form == 2) { /* the chain of the test above, from the 16-bit tensor */
+                        y[v] = burnc_add_scalar(burnc_mul_scalar(burnc_gelu(t), 1.25), -0.5);
+                        y[v] = burnc_add(y[v], burnc_mul(burnc_exp(burnc_mul_scalar(t, 0.25)), burnc_sigmoid(t)));
+                        y[v] = burnc_div(y[v], burnc_add_scalar(burnc_abs(t), 1.0));
+                    }
+                    burnc_tensor_keep(BT_NOT_NULL(y[v]));
+                    burnc_scope_end();
+                }
+                BT_ASSERT_OK(burnc_tensor_read(y[0], a, (size_t)n * 2));
+                BT_ASSERT_OK(burnc_tensor_read(y[1], b, (size_t)n * 2));
+                char what[96];
+                snprintf(what, sizeof what, "%s form %d, fusion %d", burnc_dtype_name(dts[d]), form, f);
+                expect_same_values(a, b, n, dts[d], what);
+                burnc_tensor_release(y[0]);
+                burnc_tensor_release(y[1]);
+            }
+    free(x), free(a), free(b);
+    burnc_device_release(cpu);
+    burnc_device_release(gpu);
+    BT_LEAK_CHECK();
+}
+
 /* Row sums, a whole-tensor sum, softmax, a loss and argmax of x [rows, cols] on dev, then
  * column sums of x * x and column maxima (the column entry), read into out (rows + 2 +
  * 2 * rows * cols + 2 * cols floats) and arg (rows i64). */

@@ -160,8 +160,9 @@ static bool matches(const char *text, const char *re)
     return m;
 }
 
-/* Generates k's PTX for sm_90, checks the text and assembles it; returns it (caller frees). */
-static char *gen_ptx(kir_kernel *k, const cg_ptx_options *o)
+/* Generates k's PTX for sm_90 with 16-bit tables luts (NULL: none), checks the text and
+ * assembles it; returns it (caller frees). */
+static char *gen_ptx_luts(kir_kernel *k, const cg_ptx_options *o, const cg_ptx_luts *luts)
 {
     char why[512];
     cr_assert(kir_valid(k, why, sizeof why), "kernel %s is not valid: %s", k->name, why);
@@ -171,7 +172,7 @@ static char *gen_ptx(kir_kernel *k, const cg_ptx_options *o)
     size_t size = 0;
     char err[1024] = "";
     double t0 = now_ms();
-    bool ok = api->compile_ptx(k, o ? o : &def, &ptx, &size, err, sizeof err);
+    bool ok = api->compile_ptx(k, o ? o : &def, luts, &ptx, &size, err, sizeof err);
     double ms = now_ms() - t0;
     cr_assert(ok, "compile_ptx %s failed: %s", k->name, err);
     cr_assert(ptx && size == strlen(ptx), "%s: PTX size %zu, text length %zu", k->name, size, ptx ? strlen(ptx) : 0);
@@ -194,7 +195,7 @@ static char *gen_ptx(kir_kernel *k, const cg_ptx_options *o)
     cr_assert(!strstr(ptx, ".approx") && !strstr(ptx, ".full."), "%s: an approximate op", k->name);
     cr_assert(!matches(ptx, "[[:space:]]fma\\.rn\\.f(32|64)") || has_op(k, KIR_FMA), "%s: fma without KIR_FMA",
               k->name);
-    if (has_op(k, KIR_FMA))
+    if (has_op(k, KIR_FMA) && !(luts && luts->n)) /* a table replaces the instructions it holds */
         cr_assert(matches(ptx, "fma\\.rn\\.f(32|64)"), "%s: KIR_FMA gave no fma.rn", k->name);
     if (find_ptxas()) {
         static char log[65536];
@@ -202,6 +203,8 @@ static char *gen_ptx(kir_kernel *k, const cg_ptx_options *o)
     }
     return ptx;
 }
+
+static char *gen_ptx(kir_kernel *k, const cg_ptx_options *o) { return gen_ptx_luts(k, o, NULL); }
 
 static void need_ptxas(void)
 {
@@ -539,6 +542,98 @@ Test(ptx, elementwise_gelu_op)
     BT_LEAK_CHECK();
 }
 
+static void softmax_kernel(kir_kernel *k, burnc_dtype_t dt);
+
+/* gelu(round(a + bias)) into a 16-bit output, the epilogue of a 16-bit gelu(A @ B + bias);
+ * returns the round, the table's source. */
+static int32_t bias_gelu16(kir_kernel *k, burnc_dtype_t dt)
+{
+    kir_init(k, 2, 2);
+    int a = in_slot(k, dt, "21"), bias = in_slot(k, dt, "01");
+    int o = out_slot(k, dt, "21");
+    kir_type ft = dt == BURNC_DTYPE_BF16 ? KIR_BF16 : KIR_F16;
+    int32_t s = kir_round(k, OP2(k, KIR_ADD, KIR_F32, LD(k, a), LD(k, bias)), ft);
+    STORE(k, o, kir_unary_op_to(k, IR_OP_GELU, KIR_F32, s, NULL, dt), false);
+    snprintf(k->name, sizeof k->name, "bias_gelu_%s", burnc_dtype_name(dt));
+    return s;
+}
+
+static bool same16(uint16_t x, uint16_t y, burnc_dtype_t dt)
+{
+    bool bf = dt == BURNC_DTYPE_BF16;
+    uint16_t exp = bf ? 0x7f80 : 0x7c00, man = bf ? 0x7f : 0x3ff;
+    bool nx = (x & exp) == exp && (x & man), ny = (y & exp) == exp && (y & man);
+    return x == y || (nx && ny);
+}
+
+/* The 16-bit tables (codegen/ptx_lut.c): which stores take one, that each entry is what the
+ * whole kernel computes for that input (kir_eval with a bias of -0, which adds exactly), and
+ * that the PTX holds the table and a gather instead of the GELU's arithmetic. */
+Test(ptx, lut16)
+{
+    const burnc_dtype_t dts[2] = {BURNC_DTYPE_BF16, BURNC_DTYPE_F16};
+    uint16_t *in = malloc(CG_PTX_LUT_SIZE * 2), *out = malloc(CG_PTX_LUT_SIZE * 2), *zeros = malloc(CG_PTX_LUT_SIZE * 2);
+    cr_assert(in && out && zeros);
+    for (int i = 0; i < CG_PTX_LUT_SIZE; i++)
+        in[i] = (uint16_t)i;
+    for (int d = 0; d < 2; d++) {
+        kir_kernel k;
+        int32_t src = bias_gelu16(&k, dts[d]);
+        cr_assert_eq(cg_ptx_lut_source(&k, 0), src, "%s: the table's source is the rounded sum", k.name);
+        cg_ptx_luts l;
+        cr_assert(cg_ptx_luts_make(&k, &l));
+        cr_assert(l.n == 1 && l.lut[0].store == 0 && l.lut[0].src == src && l.lut[0].src_dt == dts[d]);
+        for (int i = 0; i < CG_PTX_LUT_SIZE; i++)
+            zeros[i] = 0x8000; /* -0 */
+        void *ins[2] = {in, zeros}, *outs[1] = {out};
+        int64_t ext[2] = {1, CG_PTX_LUT_SIZE}, zero[2] = {0, 0}, is[4] = {0, 1, 0, 1}, os[2] = {0, 1};
+        kir_args a = {.inputs = ins, .outputs = outs, .extents = ext, .in_offsets = zero, .in_strides = is,
+                      .out_offsets = zero, .out_strides = os};
+        cr_assert_eq(kir_eval(&k, &a), BURNC_OK);
+        int bad = 0;
+        for (int i = 0; i < CG_PTX_LUT_SIZE; i++)
+            bad += !same16(l.lut[0].table[i], out[i], dts[d]);
+        cr_assert_eq(bad, 0, "%s: %d table entries differ from the kernel's results", k.name, bad);
+        char *plain = gen_ptx(&k, NULL), *tab = gen_ptx_luts(&k, NULL, &l);
+        int n_plain = ptx_lines(plain, CG_PTX_ENTRY_EW, NULL), n_tab = ptx_lines(tab, CG_PTX_ENTRY_EW, NULL);
+        printf("%s: %d PTX instructions without the table, %d with it\n", k.name, n_plain, n_tab);
+        cr_assert(strstr(tab, "burnc_lut0") && matches(tab, "ld\\.global\\.nc\\.(u|b)16"), "%s: no table gather",
+                  k.name);
+        cr_assert(!strstr(tab, "fma.rn.f32") && strstr(plain, "fma.rn.f32"), "%s: the GELU is still computed", k.name);
+        cr_assert(n_tab * 5 < n_plain * 3, "%s: %d instructions with the table, %d without", k.name, n_tab, n_plain);
+        free(plain), free(tab);
+        /* a table that does not fit the kernel is refused, not trusted */
+        const cg_llvm_api *api = llvm_api();
+        cg_ptx_options o = {.sm = 90};
+        char *ptx = NULL, err[256] = "";
+        size_t size;
+        l.lut[0].store = 1;
+        cr_assert(!api->compile_ptx(&k, &o, &l, &ptx, &size, err, sizeof err) && strstr(err, "16-bit table"), "%s",
+                  err);
+        l.lut[0].store = 0;
+        cg_ptx_luts_free(&l);
+        kir_free(&k);
+    }
+    /* no table: an f32 output, a cheap chain, two 16-bit inputs, a row kernel */
+    kir_kernel k;
+    kir_init(&k, 1, 1);
+    int a = in_slot(&k, BURNC_DTYPE_BF16, "1"), b = in_slot(&k, BURNC_DTYPE_BF16, "1");
+    int o32 = out_slot(&k, BURNC_DTYPE_F32, "1"), o16 = out_slot(&k, BURNC_DTYPE_BF16, "1"),
+        o2 = out_slot(&k, BURNC_DTYPE_BF16, "1");
+    STORE(&k, o32, kir_unary_op(&k, IR_OP_GELU, KIR_F32, LD(&k, a), NULL), false);
+    STORE(&k, o16, OP2(&k, KIR_ADD, KIR_F32, LD(&k, a), kir_const_f(&k, KIR_F32, 1.0)), false);
+    STORE(&k, o2, kir_unary_op_to(&k, IR_OP_GELU, KIR_F32, OP2(&k, KIR_MUL, KIR_F32, LD(&k, a), LD(&k, b)), NULL,
+                                  BURNC_DTYPE_BF16), false);
+    for (int st = 0; st < 3; st++)
+        cr_assert_eq(cg_ptx_lut_source(&k, st), -1, "store %d took a table", st);
+    kir_free(&k);
+    softmax_kernel(&k, BURNC_DTYPE_BF16);
+    cr_assert_eq(cg_ptx_lut_source(&k, 0), -1, "a row kernel took a table");
+    kir_free(&k);
+    free(in), free(out), free(zeros);
+    BT_LEAK_CHECK();
+}
+
 /* ---- Row kernels ------------------------------------------------------------------------------ */
 
 /* softmax over the last axis of [rows, n] (dt storage, f32 math): max, sum of exp, divide. */
@@ -818,37 +913,37 @@ Test(ptx, refuses_old_sm_and_bad_options)
     size_t size = 7;
     char err[512] = "";
     cg_ptx_options o = {.sm = 61};
-    cr_assert(!api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err));
+    cr_assert(!api->compile_ptx(&k, &o, NULL, &ptx, &size, err, sizeof err));
     cr_assert(ptx == NULL && size == 0, "outputs not cleared on failure");
     cr_assert(strstr(err, "6.1") && strstr(err, "7.0") && strstr(err, k.name), "message: %s", err);
-    cr_assert(!api->compile_ptx(&k, NULL, &ptx, &size, err, sizeof err));
+    cr_assert(!api->compile_ptx(&k, NULL, NULL, &ptx, &size, err, sizeof err));
     cr_assert(strstr(err, "compute capability"), "message: %s", err);
     o = (cg_ptx_options){.sm = 90, .block = 100};
-    cr_assert(!api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err));
+    cr_assert(!api->compile_ptx(&k, &o, NULL, &ptx, &size, err, sizeof err));
     cr_assert(strstr(err, "block 100"), "message: %s", err);
     o = (cg_ptx_options){.sm = 90, .items = 3};
-    cr_assert(!api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err));
+    cr_assert(!api->compile_ptx(&k, &o, NULL, &ptx, &size, err, sizeof err));
     cr_assert(strstr(err, "items 3"), "message: %s", err);
     o = (cg_ptx_options){.sm = 90, .rows_per_block = 33};
-    cr_assert(!api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err));
+    cr_assert(!api->compile_ptx(&k, &o, NULL, &ptx, &size, err, sizeof err));
     cr_assert(strstr(err, "rows_per_block 33"), "message: %s", err);
     uint8_t op = k.insts[k.n_insts - 1].op;
     k.insts[k.n_insts - 1].op = KIR_OPCODE_COUNT; /* a broken kernel */
     o = (cg_ptx_options){.sm = 90};
-    cr_assert(!api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err));
+    cr_assert(!api->compile_ptx(&k, &o, NULL, &ptx, &size, err, sizeof err));
     cr_assert(strstr(err, "compile_ptx") && strstr(err, "opcode"), "message: %s", err);
     k.insts[k.n_insts - 1].op = op;
     k.in_place[0] = 9;
-    cr_assert(!api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err));
+    cr_assert(!api->compile_ptx(&k, &o, NULL, &ptx, &size, err, sizeof err));
     cr_assert(strstr(err, "overwrites input 8"), "message: %s", err);
     k.in_place[0] = 0;
     /* still usable afterwards; newer GPUs get the newest target LLVM knows */
     o = (cg_ptx_options){.sm = 120};
-    cr_assert(api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err), "%s", err);
+    cr_assert(api->compile_ptx(&k, &o, NULL, &ptx, &size, err, sizeof err), "%s", err);
     cr_assert(strstr(ptx, ".target sm_90"));
     free(ptx);
     o = (cg_ptx_options){.sm = 75};
-    cr_assert(api->compile_ptx(&k, &o, &ptx, &size, err, sizeof err), "%s", err);
+    cr_assert(api->compile_ptx(&k, &o, NULL, &ptx, &size, err, sizeof err), "%s", err);
     cr_assert(strstr(ptx, ".target sm_75"));
     free(ptx);
     kir_free(&k);

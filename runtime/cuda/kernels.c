@@ -296,8 +296,13 @@ static burnc_status_t generate_ptx(rt_device *dev, const rt_kernel *k, char **pt
         snprintf(why, sizeof why, "%s", burnc_error_message());
         return rt_fail(BURNC_ERR_UNAVAILABLE, "%s: %s: no code generator: %s", dev->spec, k->ir.name, why);
     }
+    cg_ptx_luts luts;
+    if (!cg_ptx_luts_make(&k->ir, &luts))
+        return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: %s: no memory for its 16-bit tables", dev->spec, k->ir.name);
     char err[1024] = "";
-    if (!api->compile_ptx(&k->ir, &k->opt, ptx, size, err, sizeof err))
+    bool ok = api->compile_ptx(&k->ir, &k->opt, &luts, ptx, size, err, sizeof err);
+    cg_ptx_luts_free(&luts);
+    if (!ok)
         return rt_fail(BURNC_ERR_COMPILE, "%s: generating PTX for %s failed: %s", dev->spec, k->ir.name, err);
     return BURNC_OK;
 }
