@@ -106,6 +106,7 @@ enum {
     H_ISNAN = 1 << 5,
     H_FMA = 1 << 6,
     H_UDIV = 1 << 7,    /* 32-bit division by an extent's divisor word */
+    H_RINT = 1 << 8,    /* f64 round half to even by floor */
 };
 
 typedef struct emitter {
@@ -439,7 +440,13 @@ static void inst_expr(emitter *e, sb *b, int i)
     case KIR_FLOOR: sb_printf(b, "floor(%s)", a); break;
     case KIR_CEIL: sb_printf(b, "ceil(%s)", a); break;
     case KIR_TRUNC: sb_printf(b, "trunc(%s)", a); break;
-    case KIR_RINT: sb_printf(b, "roundEven(%s)", a); break;
+    case KIR_RINT:
+        if (t == KIR_F64) {
+            e->helpers |= H_RINT;
+            sb_printf(b, "rint_f64(%s)", a);
+        } else
+            sb_printf(b, "roundEven(%s)", a);
+        break;
     case KIR_NOT:
         if (t == KIR_BOOL)
             sb_printf(b, "!%s", a);
@@ -1119,6 +1126,18 @@ static const char helper_fmod_f64[] =
     "  return uint64BitsToDouble(bits | sx);\n"
     "}\n";
 
+/* f64 round half to even from floor, which is exact: lavapipe (Mesa 22.3) on a CPU without
+ * AVX-512 rounds f64 halves toward zero in roundEven (1.5 -> 1, -3.5 -> -3), while its f32
+ * roundEven and f64 floor are right. x - floor(x) is exact; a zero result takes x's sign. */
+static const char helper_rint_f64[] =
+    "double rint_f64(double x) {\n"
+    "  precise double r = floor(x), d = x - r;\n"
+    "  precise double h = r * 0.5;\n"
+    "  bool odd = floor(h) != h;\n"
+    "  precise double y = (d > 0.5 || (d == 0.5 && odd)) ? r + 1.0 : r;\n"
+    "  return y == 0.0 ? x * 0.0 : y;\n"
+    "}\n";
+
 /* f32 division and square root go through f64 where the device has it: Vulkan lets f32 division
  * be off by 2.5 ulps and sqrt by more, but an f32 quotient or root is never within 2^-49 (relative)
  * of an f32 rounding boundary unless it lies on it, so an f64 result good to a few f64 ulps rounds
@@ -1275,6 +1294,8 @@ static void emit_head(emitter *e, sb *b)
         sb_printf(b, "%s", helper_udiv);
     if (e->helpers & H_FMOD)
         sb_printf(b, "%s%s", helper_fmod_f32, e->uses_f64 ? helper_fmod_f64 : "");
+    if (e->helpers & H_RINT)
+        sb_printf(b, "%s", helper_rint_f64);
     if (e->helpers & H_FMA)
         sb_printf(b, "%s%s", e->opt.no_f64 || e->opt.fused32 ? native_fma_f32 : helper_fma_f32,
                   !e->uses_f64 ? "" : e->opt.fused64 ? native_fma_f64 : helper_fma_f64);

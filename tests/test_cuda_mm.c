@@ -183,7 +183,8 @@ Test(cuda_mm, ptx_epilogue_bias_gelu)
     BT_LEAK_CHECK();
 }
 
-/* The tile heuristic (no GPU): 128x128 where its blocks fill the SMs, or come within a few of
+/* The tile heuristic (no GPU): 128x128 (16x8 a thread; 8x8 where that is not valid, as for f64)
+ * where its blocks fill the SMs, or come within a few of
  * it (a 1024-wide layer's weight gradient, 1024 x 1024 x 4096, takes 64x128: 128 blocks on 132
  * SMs, faster than 256 of 64x64 on the H200); 64x64 when even that leaves many SMs idle; and
  * the small tile for a matrix of a few blocks. */
@@ -196,8 +197,8 @@ Test(cuda_mm, heuristic_fills_the_sms)
     static const struct {
         int64_t m, n, batch;
         int tile;
-    } cases[] = {{4096, 1024, 1, 0}, {1024, 1024, 1, 3}, {1536, 1408, 1, 0}, {512, 1024, 1, 4},
-                 {64, 64, 1, 5},     {1024, 1024, 2, 0}, {1024, 4096, 1, 0}, {128, 8192, 1, 3}};
+    } cases[] = {{4096, 1024, 1, 7}, {1024, 1024, 1, 3}, {1536, 1408, 1, 7}, {512, 1024, 1, 4},
+                 {64, 64, 1, 5},     {1024, 1024, 2, 7}, {1024, 4096, 1, 7}, {128, 8192, 1, 3}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         cuda_mm_problem p = {.dt = BURNC_DTYPE_F32, .m = cases[i].m, .n = cases[i].n, .k = 4096, .batch = cases[i].batch};
         int t = cuda_mm_heuristic(&cd, &p, valid);
@@ -207,6 +208,9 @@ Test(cuda_mm, heuristic_fills_the_sms)
     valid[3] = false; /* the next one in order */
     cuda_mm_problem p = {.dt = BURNC_DTYPE_F32, .m = 1024, .n = 1024, .k = 4096, .batch = 1};
     cr_assert_eq(cuda_mm_heuristic(&cd, &p, valid), 2);
+    valid[7] = false; /* 16x8 a thread is not valid for f64 */
+    p.m = 4096;
+    cr_assert_eq(cuda_mm_heuristic(&cd, &p, valid), 0);
 }
 
 Test(cuda_mm, ptx_rejects_bad_specs)
