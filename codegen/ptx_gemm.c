@@ -386,53 +386,60 @@ static void cloop_end(gg *g, cloop *l)
     LLVMPositionBuilderAtEnd(b, l->done);
 }
 
-/* frag_pos at run time: (i / v) * span + i % v. */
-static LLVMValueRef frag_at(gg *g, LLVMValueRef i, int span)
-{
-    LLVMBuilderRef b = g->e.b;
-    LLVMValueRef v = ki64(g, g->v);
-    return add(g, mul(g, LLVMBuildUDiv(b, i, v, ""), ki64(g, span)), LLVMBuildURem(b, i, v, ""));
-}
-
-/* With an epilogue, the register tile goes through local memory and two loops (rows, then
- * their columns) run the epilogue's code once: unrolled, a gelu made half a megabyte of PTX
- * and seconds of ptxas. A row's indices and offsets (divisions) are computed once per row; C
- * is stored element by element here. */
+/* With an epilogue, C's tile goes through shared memory a slab at a time: register group gi
+ * of every thread (rows ty V + gi span_m + c, c < V) fills span_m rows, then the block walks
+ * those rows as vectors of V columns, thread t taking vectors t, t + T, ... (TN of them), so
+ * consecutive threads read and write consecutive columns. The epilogue's code is emitted once
+ * per vector element inside that loop (unrolled, a GELU over the whole register tile made half
+ * a megabyte of PTX and seconds of ptxas; through local memory, it cost more than the separate
+ * kernel). A row's indices and offsets (divisions) are computed once per vector. */
 static bool epi_stores(gg *g, const LLVMValueRef *vals, LLVMValueRef m0, LLVMValueRef n0, LLVMValueRef a_frag0,
                        LLVMValueRef b_frag0, int span_m, int span_n, LLVMValueRef store_c, LLVMValueRef cp)
 {
     const cg_ptx_gemm_spec *s = g->s;
     LLVMBuilderRef b = g->e.b;
-    int n = s->tm * s->tn, et = s->dt == BURNC_DTYPE_F64 ? KIR_F64 : KIR_F32;
-    LLVMTypeRef at = LLVMArrayType2(g->ct, (uint64_t)n);
-    LLVMValueRef arr = alloca_of(g, at);
-    for (int i = 0; i < n; i++) {
-        LLVMValueRef ix[2] = {ki64(g, 0), ki64(g, i)};
-        LLVMBuildStore(b, vals[i], LLVMBuildGEP2(b, at, arr, ix, 2, ""));
+    int v = g->v, ldc = s->bn + cg_ptx_gemm_pad(s->dt), et = s->dt == BURNC_DTYPE_F64 ? KIR_F64 : KIR_F32;
+    int per_row = s->bn / v; /* vectors in a slab row */
+    LLVMTypeRef vt = vec_t(g->ct, v);
+    bool ok = true;
+    for (int gi = 0; gi < s->tm / v && ok; gi++) {
+        barrier(g); /* the k-loop's (or the previous slab's) readers are done */
+        for (int c = 0; c < v; c++)
+            for (int gj = 0; gj < s->tn / v; gj++) {
+                LLVMValueRef x = LLVMGetUndef(vt);
+                for (int cc = 0; cc < v; cc++)
+                    x = LLVMBuildInsertElement(b, x, vals[(gi * v + c) * s->tn + gj * v + cc], ki32(g, cc), "");
+                LLVMValueRef at = add(g, mul(g, add(g, a_frag0, ki64(g, c)), ki64(g, ldc)),
+                                      add(g, b_frag0, ki64(g, (int64_t)gj * span_n)));
+                LLVMSetAlignment(LLVMBuildStore(b, x, shared_at(g, g->smem, at)), (unsigned)(v * g->es));
+            }
+        barrier(g);
+        cloop l;
+        cloop_begin(g, &l, s->tn);
+        LLVMValueRef e = add(g, g->tid, mul(g, l.i, ki64(g, g->T)));
+        LLVMValueRef rl = LLVMBuildUDiv(b, e, ki64(g, per_row), ""), cv = LLVMBuildURem(b, e, ki64(g, per_row), "");
+        LLVMValueRef row = add(g, m0, add(g, rl, ki64(g, (int64_t)gi * span_m)));
+        LLVMValueRef col0 = add(g, n0, mul(g, cv, ki64(g, v)));
+        LLVMValueRef x = LLVMBuildLoad2(b, vt, shared_at(g, g->smem, add(g, mul(g, rl, ki64(g, ldc)), mul(g, cv, ki64(g, v)))), "");
+        LLVMSetAlignment(x, (unsigned)(v * g->es));
+        LLVMBasicBlockRef row_in = cg_if_begin(&g->e, ult(g, row, g->M), "if");
+        erow er;
+        epi_row(g, row, &er);
+        for (int cc = 0; cc < v && ok; cc++) {
+            LLVMValueRef col = add(g, col0, ki64(g, cc));
+            LLVMBasicBlockRef col_in = cg_if_begin(&g->e, ult(g, col, g->N), "if");
+            LLVMValueRef mem = cg_to_mem(&g->e, LLVMBuildExtractElement(b, x, ki32(g, cc), ""), et, s->dt, 1);
+            LLVMBasicBlockRef j2 = cg_if_begin(&g->e, store_c, "if");
+            LLVMValueRef off = add(g, mul(g, row, g->N), col);
+            LLVMSetAlignment(LLVMBuildStore(b, mem, LLVMBuildGEP2(b, g->mt, cp, &off, 1, "")), cg_mem_align(s->dt));
+            cg_if_end(&g->e, j2);
+            ok = epi_element(g, &er, col, cg_from_mem(&g->e, mem, s->dt, 1));
+            cg_if_end(&g->e, col_in);
+        }
+        cg_if_end(&g->e, row_in);
+        cloop_end(g, &l);
     }
-    cloop li, lj;
-    cloop_begin(g, &li, s->tm);
-    LLVMValueRef row = add(g, m0, add(g, a_frag0, frag_at(g, li.i, span_m)));
-    LLVMBasicBlockRef row_in = cg_if_begin(&g->e, ult(g, row, g->M), "if");
-    erow er;
-    epi_row(g, row, &er);
-    cloop_begin(g, &lj, s->tn);
-    LLVMValueRef col = add(g, n0, add(g, b_frag0, frag_at(g, lj.i, span_n)));
-    LLVMBasicBlockRef col_in = cg_if_begin(&g->e, ult(g, col, g->N), "if");
-    LLVMValueRef ix[2] = {ki64(g, 0), add(g, mul(g, li.i, ki64(g, s->tn)), lj.i)};
-    LLVMValueRef acc = LLVMBuildLoad2(b, g->ct, LLVMBuildGEP2(b, at, arr, ix, 2, ""), "");
-    LLVMValueRef mem = cg_to_mem(&g->e, acc, et, s->dt, 1);
-    LLVMBasicBlockRef j2 = cg_if_begin(&g->e, store_c, "if");
-    LLVMValueRef off = add(g, mul(g, row, g->N), col);
-    LLVMSetAlignment(LLVMBuildStore(b, mem, LLVMBuildGEP2(b, g->mt, cp, &off, 1, "")), cg_mem_align(s->dt));
-    cg_if_end(&g->e, j2);
-    if (!epi_element(g, &er, col, cg_from_mem(&g->e, mem, s->dt, 1)))
-        return false;
-    cg_if_end(&g->e, col_in);
-    cloop_end(g, &lj);
-    cg_if_end(&g->e, row_in);
-    cloop_end(g, &li);
-    return true;
+    return ok;
 }
 
 /* ---- The kernel --------------------------------------------------------------------------------- */

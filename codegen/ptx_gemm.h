@@ -95,13 +95,17 @@ static inline int cg_ptx_gemm_vec(burnc_dtype_t dt) { return dt == BURNC_DTYPE_F
 static inline int cg_ptx_gemm_threads(const cg_ptx_gemm_spec *s) { return (s->bm / s->tm) * (s->bn / s->tn); }
 
 /* Shared memory of one launch in bytes: two k-tiles of A (k-major, BM + pad per k) and of B
- * (BN + pad per k), in the compute type. Dynamic shared memory: more than 48 KiB needs the
- * function's limit raised. */
+ * (BN + pad per k), in the compute type; with an epilogue, at least a slab of C's tile (the
+ * BM / (TM / vector) rows one register group of the threads covers, BN + pad each), which the
+ * stores go through. Dynamic shared memory: more than 48 KiB needs the function's limit
+ * raised. */
 static inline int cg_ptx_gemm_pad(burnc_dtype_t dt) { return dt == BURNC_DTYPE_F64 ? 2 : 4; }
 static inline int cg_ptx_gemm_shared_bytes(const cg_ptx_gemm_spec *s)
 {
     int es = s->dt == BURNC_DTYPE_F64 ? 8 : 4, pad = cg_ptx_gemm_pad(s->dt);
-    return 2 * s->bk * (s->bm + pad + s->bn + pad) * es;
+    int buffers = 2 * s->bk * (s->bm + pad + s->bn + pad) * es;
+    int slab = s->epi && s->tm > 0 ? s->bm * cg_ptx_gemm_vec(s->dt) / s->tm * (s->bn + pad) * es : 0;
+    return buffers > slab ? buffers : slab;
 }
 
 /* Whether the tile shape is one the generator accepts: every thread loads whole vectors and

@@ -448,6 +448,10 @@ Test(cuda_mm, host_run_odd_sizes_f64_and_epilogue)
     host_case(5, BURNC_DTYPE_F32, 40, 36, 24, 3, 2, 1, true, true);
     host_case(4, BURNC_DTYPE_F64, 64, 68, 16, 2, 0, 0, true, true);
     host_case(0, BURNC_DTYPE_BF16, 129, 132, 36, 1, 0, 0, true, true);
+    /* the slab of C staged for the epilogue: 32 rows (16x8 a thread), 64 rows (more than the
+     * k-tiles' buffers) */
+    host_case(7, BURNC_DTYPE_F32, 129, 131, 20, 1, 0, 0, true, false);
+    host_case(3, BURNC_DTYPE_F32, 70, 135, 40, 2, 1, 0, true, true);
     host_case(5, BURNC_DTYPE_F16, 35, 41, 19, 2, 1, 0, false, false);
     host_case(4, BURNC_DTYPE_F16, 64, 68, 32, 1, 1, 1, false, false);
     BT_LEAK_CHECK();
