@@ -109,8 +109,8 @@ static inline int cg_ptx_gemm_shared_bytes(const cg_ptx_gemm_spec *s)
 }
 
 /* Whether the tile shape is one the generator accepts: every thread loads whole vectors and
- * the same number of them, register tiles are whole vectors and fit the registers (64
- * accumulators, 32 for f64, which take two registers each). */
+ * the same number of them, register tiles are whole vectors and fit the registers (128
+ * accumulators at about 240 registers for 16x8, 32 for f64, which take two registers each). */
 static inline bool cg_ptx_gemm_shape_ok(const cg_ptx_gemm_spec *s)
 {
     int v = cg_ptx_gemm_vec(s->dt), t = s->tm > 0 && s->tn > 0 ? cg_ptx_gemm_threads(s) : 0;

@@ -59,36 +59,40 @@ static int slice(const kir_kernel *k, int32_t root, int32_t src, bool *m)
     return n;
 }
 
-int32_t cg_ptx_lut_source(const kir_kernel *k, int st)
+/* The source of store st's table, or -1; m (n_insts) is left marking the source's slice. */
+static int32_t find_source(const kir_kernel *k, int st, bool *m)
 {
-    if (!cg_ptx_is_elementwise(k) || st < 0 || st >= k->n_stores || k->n_insts <= 0)
+    if (!cg_ptx_is_elementwise(k) || st < 0 || st >= k->n_stores)
         return -1;
     const kir_store *s = &k->stores[st];
     burnc_dtype_t dt = k->outputs[s->slot].dtype;
     if ((dt != BURNC_DTYPE_F16 && dt != BURNC_DTYPE_BF16) || k->insts[s->value].type != KIR_F32)
         return -1;
-    bool *m = malloc((size_t)k->n_insts * sizeof *m);
-    if (!m)
-        return -1;
-    int32_t found = -1;
-    for (int32_t src = 0; src < s->value && found < 0; src++) /* the deepest source first */
+    for (int32_t src = 0; src < s->value; src++) /* the deepest source first */
         if (exact16(k, src) != BURNC_DTYPE_F32 && slice(k, s->value, src, m) >= CG_PTX_LUT_MIN && m[src])
-            found = src;
-    free(m);
-    return found;
+            return src;
+    return -1;
 }
 
-/* Runs store st's instructions from src up over every 16-bit pattern of src's type. */
-static uint16_t *make_table(const kir_kernel *k, int st, int32_t src, burnc_dtype_t src_dt)
+int32_t cg_ptx_lut_source(const kir_kernel *k, int st)
+{
+    bool *m = k->n_insts > 0 ? malloc((size_t)k->n_insts * sizeof *m) : NULL;
+    int32_t src = m ? find_source(k, st, m) : -1;
+    free(m);
+    return src;
+}
+
+/* Runs store st's instructions marked in m, from src up, over every 16-bit pattern of src's
+ * type. */
+static uint16_t *make_table(const kir_kernel *k, int st, int32_t src, const bool *m)
 {
     const kir_store *s = &k->stores[st];
-    bool *m = malloc((size_t)k->n_insts * sizeof *m);
     int32_t *map = malloc((size_t)k->n_insts * sizeof *map);
     uint16_t *in = malloc(CG_PTX_LUT_SIZE * sizeof *in), *out = malloc(CG_PTX_LUT_SIZE * sizeof *out);
     kir_kernel t;
     kir_init(&t, 1, 1);
-    bool ok = m && map && in && out && slice(k, s->value, src, m) >= 0;
-    t.inputs[0] = (kir_slot){.dtype = src_dt, .stride = {KIR_STRIDE_UNIT}};
+    bool ok = map && in && out;
+    t.inputs[0] = (kir_slot){.dtype = exact16(k, src), .stride = {KIR_STRIDE_UNIT}};
     t.outputs[0] = (kir_slot){.dtype = k->outputs[s->slot].dtype, .stride = {KIR_STRIDE_UNIT}};
     t.n_inputs = t.n_outputs = 1;
     for (int32_t i = 0; ok && i <= s->value; i++) { /* constants below src come first */
@@ -117,7 +121,7 @@ static uint16_t *make_table(const kir_kernel *k, int st, int32_t src, burnc_dtyp
         ok = kir_eval(&t, &a) == BURNC_OK;
     }
     kir_free(&t);
-    free(m), free(map), free(in);
+    free(map), free(in);
     if (!ok) {
         free(out);
         return NULL;
@@ -128,20 +132,23 @@ static uint16_t *make_table(const kir_kernel *k, int st, int32_t src, burnc_dtyp
 bool cg_ptx_luts_make(const kir_kernel *k, cg_ptx_luts *out)
 {
     memset(out, 0, sizeof *out);
-    for (int st = 0; st < k->n_stores; st++) {
-        int32_t src = cg_ptx_lut_source(k, st);
+    if (!cg_ptx_is_elementwise(k) || k->n_insts <= 0)
+        return true;
+    bool *m = malloc((size_t)k->n_insts * sizeof *m);
+    bool ok = m != NULL;
+    for (int st = 0; ok && st < k->n_stores; st++) {
+        int32_t src = find_source(k, st, m);
         if (src < 0)
             continue;
         cg_ptx_lut *l = &out->lut[out->n];
-        *l = (cg_ptx_lut){.store = st, .src = src, .src_dt = exact16(k, src)};
-        l->table = make_table(k, st, src, l->src_dt);
-        if (!l->table) {
-            cg_ptx_luts_free(out);
-            return false;
-        }
-        out->n++;
+        *l = (cg_ptx_lut){.store = st, .src = src, .src_dt = exact16(k, src), .table = make_table(k, st, src, m)};
+        ok = l->table != NULL;
+        out->n += ok;
     }
-    return true;
+    free(m);
+    if (!ok)
+        cg_ptx_luts_free(out);
+    return ok;
 }
 
 void cg_ptx_luts_free(cg_ptx_luts *l)

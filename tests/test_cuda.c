@@ -259,14 +259,18 @@ Test(cuda, broken_ptx_gives_compile_error_with_log)
 }
 
 /* The gelu chain of burnc-bench and a few more ops on dtype dt, run on dev from x. */
+/* A chain of element-wise ops of t (inside the caller's scope). */
+static burnc_tensor_t *chain_of(burnc_tensor_t *t)
+{
+    burnc_tensor_t *y = burnc_add_scalar(burnc_mul_scalar(burnc_gelu(t), 1.25), -0.5);
+    y = burnc_add(y, burnc_mul(burnc_exp(burnc_mul_scalar(t, 0.25)), burnc_sigmoid(t)));
+    return burnc_div(y, burnc_add_scalar(burnc_abs(t), 1.0));
+}
+
 static burnc_tensor_t *chain(burnc_device_t *dev, burnc_dtype_t dt, const float *x, int64_t n)
 {
     burnc_scope_begin();
-    burnc_tensor_t *t = burnc_tensor_from_data(dev, BURNC_DTYPE_F32, 1, &n, x);
-    t = burnc_cast(t, dt);
-    burnc_tensor_t *y = burnc_add_scalar(burnc_mul_scalar(burnc_gelu(t), 1.25), -0.5);
-    y = burnc_add(y, burnc_mul(burnc_exp(burnc_mul_scalar(t, 0.25)), burnc_sigmoid(t)));
-    y = burnc_div(y, burnc_add_scalar(burnc_abs(t), 1.0));
+    burnc_tensor_t *y = chain_of(burnc_cast(burnc_tensor_from_data(dev, BURNC_DTYPE_F32, 1, &n, x), dt));
     burnc_tensor_keep(y);
     burnc_scope_end();
     return y;
@@ -303,7 +307,7 @@ Test(cuda, elementwise_bitwise_equal_to_cpu)
 }
 
 /* Every f16 and bf16 number through 16-bit chains that take a table on cuda (codegen/ptx_lut.c):
- * gelu alone, gelu(x + b), and the chain above from the 16-bit tensor; bitwise the cpu
+ * gelu alone, gelu(x + b), and chain_of the 16-bit tensor; bitwise the cpu
  * device's, fused and not. */
 Test(cuda, lut16_every_16bit_input_equal_to_cpu)
 {
@@ -316,10 +320,10 @@ Test(cuda, lut16_every_16bit_input_equal_to_cpu)
     for (int64_t i = 0; i < n; i++)
         x[i] = (uint16_t)i;
     for (int f = 1; f >= 0; f--)
-        for (size_t d = 0; d < 2; d++)
+        for (size_t d = 0; d < 2; d++) {
+            for (int i = 0; i < 256; i++) /* -0 and small values that round the sums */
+                bias[i] = (uint16_t)(i == 0 ? 0x8000 : (dts[d] == BURNC_DTYPE_BF16 ? 0x3c00 : 0x1c00) + i);
             for (int form = 0; form < 3; form++) {
-                for (int i = 0; i < 256; i++) /* -0 and small values that round the sums */
-                    bias[i] = (uint16_t)(i == 0 ? 0x8000 : (dts[d] == BURNC_DTYPE_BF16 ? 0x3c00 : 0x1c00) + i);
                 burnc_tensor_t *y[2];
                 burnc_device_t *devs[2] = {gpu, cpu};
                 for (int v = 0; v < 2; v++) {
@@ -327,12 +331,7 @@ Test(cuda, lut16_every_16bit_input_equal_to_cpu)
                     burnc_scope_begin();
                     burnc_tensor_t *t = burnc_tensor_from_data(devs[v], dts[d], 2, shape, x);
                     burnc_tensor_t *bt = burnc_tensor_from_data(devs[v], dts[d], 1, bshape, bias);
-                    y[v] = form == 0 ? burnc_gelu(t) : burnc_gelu(burnc_add(t, bt));
-                    if (form == 2) { /* the chain of the test above, from the 16-bit tensor */
-                        y[v] = burnc_add_scalar(burnc_mul_scalar(burnc_gelu(t), 1.25), -0.5);
-                        y[v] = burnc_add(y[v], burnc_mul(burnc_exp(burnc_mul_scalar(t, 0.25)), burnc_sigmoid(t)));
-                        y[v] = burnc_div(y[v], burnc_add_scalar(burnc_abs(t), 1.0));
-                    }
+                    y[v] = form == 0 ? burnc_gelu(t) : form == 1 ? burnc_gelu(burnc_add(t, bt)) : chain_of(t);
                     burnc_tensor_keep(BT_NOT_NULL(y[v]));
                     burnc_scope_end();
                 }
@@ -344,6 +343,7 @@ Test(cuda, lut16_every_16bit_input_equal_to_cpu)
                 burnc_tensor_release(y[0]);
                 burnc_tensor_release(y[1]);
             }
+        }
     free(x), free(a), free(b);
     burnc_device_release(cpu);
     burnc_device_release(gpu);

@@ -18,11 +18,11 @@ static const char *const tile_names[CG_PTX_GEMM_N_TILES] = {
 static at_family fam_matmul = {"cuda.matmul", CG_PTX_GEMM_N_TILES, tile_names};
 
 /* 128x128 tiles are the large-square choice, 16x8 a thread (128 fmas per 6 shared vector
- * loads; 46 TFLOP/s at 4096^3 on the H200, 210 us for 4096 x 1024 x 1024) before 8x8 (43, 220
- * us), which f64 takes; when they would leave SMs idle, smaller ones give more blocks. A wave a few blocks
- * short of the SMs still beats tiles half the size: the weight gradient of a 1024-wide layer
- * (1024 x 1024 x 4096, 128 blocks of 64x128 on the H200's 132 SMs) took 251 us, against 270
- * on 256 blocks of 64x64 and 258 on 128 of 128x64. */
+ * loads; 46 TFLOP/s at 4096^3 on the H200, 210 us for 4096 x 1024 x 1024) before 8x8 (43,
+ * 220 us), which f64 takes; when they would leave SMs idle, smaller ones give more blocks. A
+ * wave a few blocks short of the SMs still beats tiles half the size: the weight gradient of a
+ * 1024-wide layer (1024 x 1024 x 4096, 128 blocks of 64x128 on the H200's 132 SMs) took 251
+ * us, against 270 on 256 blocks of 64x64 and 258 on 128 of 128x64. */
 int cuda_mm_heuristic(const cuda_device *cd, const cuda_mm_problem *p, const bool *valid)
 {
     static const int order[CG_PTX_GEMM_N_TILES] = {7, 0, 3, 2, 4, 5, 1, 6};
