@@ -6,6 +6,8 @@
  * is computed and stored to the other buffer after it, one barrier per k-tile. A thread owns a
  * TM x TN register tile split into vector-wide groups spread over the block tile (groups
  * BM*V/TM rows apart), so a quarter warp reads consecutive 16-byte words of shared memory.
+ * A pipelined tile (cg_ptx_gemm_spec.pipe) reads each k-step's fragments a step ahead and
+ * meets at the barrier before the last step, whose fmas then cover the next tile's first reads.
  *
  * Numerics: one llvm.fma per k per element, k increasing, from +0.0; nothing else touches the
  * accumulators, and the target machine keeps the C API's defaults (no contraction, no .ftz),
@@ -166,10 +168,16 @@ static LLVMValueRef shared_at(gg *g, LLVMValueRef base, LLVMValueRef idx)
     return LLVMBuildGEP2(g->e.b, g->ct, base, &idx, 1, "");
 }
 
-/* The staged values into shared buffer buf (i64 0 or 1): [k][mn], k-major. */
+/* The operand's shared buffer buf (i64 0 or 1). */
+static LLVMValueRef opnd_buf(gg *g, const opnd *o, LLVMValueRef buf)
+{
+    return shared_at(g, o->sbase, mul(g, buf, ki64(g, (int64_t)g->s->bk * o->ld)));
+}
+
+/* The staged values into shared buffer buf: [k][mn], k-major. */
 static void opnd_store(gg *g, opnd *o, LLVMValueRef buf)
 {
-    LLVMValueRef sb = shared_at(g, o->sbase, mul(g, buf, ki64(g, (int64_t)g->s->bk * o->ld)));
+    LLVMValueRef sb = opnd_buf(g, o, buf);
     bool along_k = o->mode == CG_GEMM_VEC_K;
     for (int r = 0; r < o->n; r++) {
         LLVMValueRef val = cg_from_mem(&g->e, LLVMBuildLoad2(g->e.b, vec_t(g->mt, o->w), o->stage[r], ""), g->s->dt, o->w);
@@ -444,6 +452,26 @@ static bool epi_stores(gg *g, const LLVMValueRef *vals, LLVMValueRef m0, LLVMVal
 
 /* ---- The kernel --------------------------------------------------------------------------------- */
 
+/* The register fragments of k-step kk from shared buffers sa (A) and sb (B): the thread's
+ * TM / V vectors of A and TN / V of B. */
+static void frag_load(gg *g, LLVMValueRef sa, LLVMValueRef sb, int kk, LLVMValueRef a_frag0, LLVMValueRef b_frag0,
+                      LLVMValueRef *av, LLVMValueRef *bv)
+{
+    const cg_ptx_gemm_spec *s = g->s;
+    int v = g->v, span_m = s->bm * v / s->tm, span_n = s->bn * v / s->tn;
+    LLVMTypeRef vt = vec_t(g->ct, v);
+    for (int gi = 0; gi < s->tm / v; gi++) {
+        LLVMValueRef at = add(g, a_frag0, ki64(g, (int64_t)kk * g->ld_a + (int64_t)gi * span_m));
+        av[gi] = LLVMBuildLoad2(g->e.b, vt, shared_at(g, sa, at), "");
+        LLVMSetAlignment(av[gi], (unsigned)(v * g->es));
+    }
+    for (int gj = 0; gj < s->tn / v; gj++) {
+        LLVMValueRef at = add(g, b_frag0, ki64(g, (int64_t)kk * g->ld_b + (int64_t)gj * span_n));
+        bv[gj] = LLVMBuildLoad2(g->e.b, vt, shared_at(g, sb, at), "");
+        LLVMSetAlignment(bv[gj], (unsigned)(v * g->es));
+    }
+}
+
 /* Tile-relative row (or column) of register element i of a thread at position t along it. */
 static int64_t frag_pos(int i, int v, int span) { return (int64_t)(i / v) * span + i % v; }
 
@@ -489,6 +517,15 @@ static bool build(gg *g)
         LLVMBuildStore(b, LLVMConstNull(g->ct), acc[i]);
     }
 
+    /* pipelined: the register fragments of k-step 0, carried from one k-tile to the next */
+    int nga = s->tm / v, ngb = s->tn / v;
+    LLVMTypeRef vt = vec_t(g->ct, v);
+    LLVMValueRef fa[MAX_TILE / 4], fb[MAX_TILE / 4], av[MAX_TILE / 4], bv[MAX_TILE / 4];
+    for (int i = 0; i < nga && s->pipe; i++)
+        fa[i] = alloca_of(g, vt);
+    for (int j = 0; j < ngb && s->pipe; j++)
+        fb[j] = alloca_of(g, vt);
+
     /* prologue: tile 0 into buffer 0 (none when K is 0: the operands may have no memory) */
     LLVMValueRef nk = LLVMBuildUDiv(b, add(g, g->K, ki64(g, s->bk - 1)), ki64(g, s->bk), "");
     LLVMBasicBlockRef no_k = cg_if_begin(&g->e, LLVMBuildICmp(b, LLVMIntNE, nk, ki64(g, 0), ""), "if");
@@ -497,6 +534,13 @@ static bool build(gg *g)
     opnd_store(g, &A, ki64(g, 0));
     opnd_store(g, &B, ki64(g, 0));
     barrier(g);
+    if (s->pipe) {
+        frag_load(g, A.sbase, B.sbase, 0, a_frag0, b_frag0, av, bv);
+        for (int i = 0; i < nga; i++)
+            LLVMBuildStore(b, av[i], fa[i]);
+        for (int j = 0; j < ngb; j++)
+            LLVMBuildStore(b, bv[j], fb[j]);
+    }
     cg_if_end(&g->e, no_k);
     LLVMValueRef tvar = alloca_of(g, g->e.t_i64);
     LLVMBuildStore(b, ki64(g, 0), tvar);
@@ -507,29 +551,37 @@ static bool build(gg *g)
     LLVMBuildCondBr(b, ult(g, t, nk), body, done);
     LLVMPositionBuilderAtEnd(b, body);
     LLVMValueRef buf = LLVMBuildAnd(b, t, ki64(g, 1), ""), next = add(g, t, ki64(g, 1));
+    LLVMValueRef nbuf = LLVMBuildXor(b, buf, ki64(g, 1), "");
     /* the next tile's loads are in flight while this one is computed (past the end they are
      * predicated off and only fill the idle buffer with zeros) */
     LLVMValueRef k_next = mul(g, next, ki64(g, s->bk));
     opnd_load(g, &A, k_next);
     opnd_load(g, &B, k_next);
-    LLVMValueRef sa = shared_at(g, A.sbase, mul(g, buf, ki64(g, (int64_t)s->bk * g->ld_a)));
-    LLVMValueRef sb = shared_at(g, B.sbase, mul(g, buf, ki64(g, (int64_t)s->bk * g->ld_b)));
+    LLVMValueRef sa = opnd_buf(g, &A, buf), sb = opnd_buf(g, &B, buf);
     LLVMValueRef accv[MAX_TILE];
     for (int i = 0; i < s->tm * s->tn; i++)
         accv[i] = LLVMBuildLoad2(b, g->ct, acc[i], "");
-    LLVMTypeRef vt = vec_t(g->ct, v);
+    for (int i = 0; i < nga && s->pipe; i++)
+        av[i] = LLVMBuildLoad2(b, vt, fa[i], "");
+    for (int j = 0; j < ngb && s->pipe; j++)
+        bv[j] = LLVMBuildLoad2(b, vt, fb[j], "");
+    /* Plain: each k-step reads its fragments, then the next tile goes to the other buffer and
+     * the block meets at the barrier. Pipelined (CUTLASS's order): step kk + 1's fragments are
+     * read before step kk's fmas; before the last step the next tile is stored and the block
+     * meets (every read of this buffer has been issued), so the next tile's first fragments
+     * are read while the last step's fmas run instead of after the barrier with nothing to do. */
     LLVMTypeRef fmat = g->ct;
     for (int kk = 0; kk < s->bk; kk++) {
-        LLVMValueRef av[MAX_TILE / 4 + 8], bv[MAX_TILE / 4 + 8];
-        for (int gi = 0; gi < s->tm / v; gi++) {
-            LLVMValueRef at = add(g, a_frag0, ki64(g, (int64_t)kk * g->ld_a + (int64_t)gi * span_m));
-            av[gi] = LLVMBuildLoad2(b, vt, shared_at(g, sa, at), "");
-            LLVMSetAlignment(av[gi], (unsigned)(v * g->es));
-        }
-        for (int gj = 0; gj < s->tn / v; gj++) {
-            LLVMValueRef at = add(g, b_frag0, ki64(g, (int64_t)kk * g->ld_b + (int64_t)gj * span_n));
-            bv[gj] = LLVMBuildLoad2(b, vt, shared_at(g, sb, at), "");
-            LLVMSetAlignment(bv[gj], (unsigned)(v * g->es));
+        LLVMValueRef an[MAX_TILE / 4], bn[MAX_TILE / 4];
+        if (!s->pipe) {
+            frag_load(g, sa, sb, kk, a_frag0, b_frag0, av, bv);
+        } else if (kk + 1 < s->bk) {
+            frag_load(g, sa, sb, kk + 1, a_frag0, b_frag0, an, bn);
+        } else {
+            opnd_store(g, &A, nbuf);
+            opnd_store(g, &B, nbuf);
+            barrier(g);
+            frag_load(g, opnd_buf(g, &A, nbuf), opnd_buf(g, &B, nbuf), 0, a_frag0, b_frag0, an, bn);
         }
         for (int i = 0; i < s->tm; i++) {
             LLVMValueRef x = LLVMBuildExtractElement(b, av[i / v], ki32(g, i % v), "");
@@ -539,13 +591,22 @@ static bool build(gg *g)
                 accv[i * s->tn + j] = cg_call_intrinsic(&g->e, "llvm.fma", &fmat, 1, args, 3);
             }
         }
+        if (s->pipe) {
+            memcpy(av, an, sizeof(LLVMValueRef) * (size_t)nga);
+            memcpy(bv, bn, sizeof(LLVMValueRef) * (size_t)ngb);
+        }
     }
     for (int i = 0; i < s->tm * s->tn; i++)
         LLVMBuildStore(b, accv[i], acc[i]);
-    LLVMValueRef nbuf = LLVMBuildXor(b, buf, ki64(g, 1), "");
-    opnd_store(g, &A, nbuf);
-    opnd_store(g, &B, nbuf);
-    barrier(g);
+    for (int i = 0; i < nga && s->pipe; i++)
+        LLVMBuildStore(b, av[i], fa[i]);
+    for (int j = 0; j < ngb && s->pipe; j++)
+        LLVMBuildStore(b, bv[j], fb[j]);
+    if (!s->pipe) {
+        opnd_store(g, &A, nbuf);
+        opnd_store(g, &B, nbuf);
+        barrier(g);
+    }
     LLVMBuildStore(b, next, tvar);
     LLVMBuildBr(b, head);
     LLVMPositionBuilderAtEnd(b, done);

@@ -119,8 +119,7 @@ static cg_ptx_gemm_spec spec_of(int t, burnc_dtype_t dt, int am, int bm)
 {
     const cg_ptx_gemm_tile *x = &CG_PTX_GEMM_TILES[t];
     return (cg_ptx_gemm_spec){.sm = 90, .dt = dt, .bm = x->bm, .bn = x->bn, .bk = x->bk, .tm = x->tm, .tn = x->tn,
-                              .min_blocks = x->min_blocks,
-                              .a_mode = am, .b_mode = bm};
+                              .min_blocks = x->min_blocks, .pipe = x->pipe, .a_mode = am, .b_mode = bm};
 }
 
 Test(cuda_mm, ptx_every_tile_f32)
@@ -183,11 +182,11 @@ Test(cuda_mm, ptx_epilogue_bias_gelu)
     BT_LEAK_CHECK();
 }
 
-/* The tile heuristic (no GPU): 128x128 (16x8 a thread; 8x8 where that is not valid, as for f64)
- * where its blocks fill the SMs, or come within a few of
- * it (a 1024-wide layer's weight gradient, 1024 x 1024 x 4096, takes 64x128: 128 blocks on 132
- * SMs, faster than 256 of 64x64 on the H200); 64x64 when even that leaves many SMs idle; and
- * the small tile for a matrix of a few blocks. */
+/* The tile heuristic (no GPU): 128x128 (16x8 a thread; 8x8 where that is not valid, as for f64;
+ * pipelined when both operands are read along k) where its blocks fill the SMs, or come
+ * within a few of it; 64x64 at 8x4 where that makes two blocks an SM (a 1024-wide layer's
+ * weight gradient, 1024 x 1024 x 4096); then 64x128, 128x64, 64x64 at 4x4 where they fill the
+ * SMs; and the small tile for a matrix of a few blocks. */
 Test(cuda_mm, heuristic_fills_the_sms)
 {
     cuda_device cd = {.sms = 132, .cc = 90};
@@ -197,19 +196,24 @@ Test(cuda_mm, heuristic_fills_the_sms)
     static const struct {
         int64_t m, n, batch;
         int tile;
-    } cases[] = {{4096, 1024, 1, 7}, {1024, 1024, 1, 3}, {1536, 1408, 1, 7}, {512, 1024, 1, 4},
-                 {64, 64, 1, 5},     {1024, 1024, 2, 7}, {1024, 4096, 1, 7}, {128, 8192, 1, 3}};
+    } cases[] = {{4096, 1024, 1, 7}, {1024, 1024, 1, 9}, {1536, 1408, 1, 7}, {512, 1024, 1, 4},
+                 {64, 64, 1, 5},     {1024, 1024, 2, 7}, {1024, 4096, 1, 7}, {128, 8192, 1, 9}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         cuda_mm_problem p = {.dt = BURNC_DTYPE_F32, .m = cases[i].m, .n = cases[i].n, .k = 4096, .batch = cases[i].batch};
         int t = cuda_mm_heuristic(&cd, &p, valid);
         cr_assert_eq(t, cases[i].tile, "%lld x %lld x%lld: tile %d (%s), expected %d", (long long)p.m, (long long)p.n,
                      (long long)p.batch, t, CG_PTX_GEMM_TILES[t].name, cases[i].tile);
     }
-    valid[3] = false; /* the next one in order */
     cuda_mm_problem p = {.dt = BURNC_DTYPE_F32, .m = 1024, .n = 1024, .k = 4096, .batch = 1};
+    valid[9] = false; /* the next ones in order */
+    cr_assert_eq(cuda_mm_heuristic(&cd, &p, valid), 3);
+    valid[3] = false;
     cr_assert_eq(cuda_mm_heuristic(&cd, &p, valid), 2);
+    p.m = 4096, p.a_ks = p.b_ks = 1; /* x @ W^T: both along k */
+    cr_assert_eq(cuda_mm_heuristic(&cd, &p, valid), 8);
+    valid[8] = false;
+    cr_assert_eq(cuda_mm_heuristic(&cd, &p, valid), 7);
     valid[7] = false; /* 16x8 a thread is not valid for f64 */
-    p.m = 4096;
     cr_assert_eq(cuda_mm_heuristic(&cd, &p, valid), 0);
 }
 
@@ -433,6 +437,10 @@ Test(cuda_mm, host_run_every_tile_and_layout)
         const cg_ptx_gemm_tile *x = &CG_PTX_GEMM_TILES[t];
         host_case(t, BURNC_DTYPE_F32, x->bm + 1, x->bn + 3, 2 * x->bk + 3, 1, 0, 0, false, false);
         host_case(t, BURNC_DTYPE_F32, x->bm, x->bn + 4, 4 * x->bk, 2, t % 3, (t + 1) % 3, false, false);
+        /* one k-tile, a part of one, none (a pipelined loop's first fragments are its last) */
+        host_case(t, BURNC_DTYPE_F32, x->bm - 1, 9, x->bk, 1, 1, 0, false, false);
+        host_case(t, BURNC_DTYPE_F32, 5, x->bn + 1, 1, 1, 0, 1, false, false);
+        host_case(t, BURNC_DTYPE_F32, 3, 7, 0, 1, 0, 0, false, false);
     }
     BT_LEAK_CHECK();
 }
@@ -452,6 +460,9 @@ Test(cuda_mm, host_run_odd_sizes_f64_and_epilogue)
      * k-tiles' buffers) */
     host_case(7, BURNC_DTYPE_F32, 129, 131, 20, 1, 0, 0, true, false);
     host_case(3, BURNC_DTYPE_F32, 70, 135, 40, 2, 1, 0, true, true);
+    /* pipelined: the slab after the k-loop's last reads (of the idle buffer) */
+    host_case(8, BURNC_DTYPE_F32, 129, 131, 20, 1, 0, 0, true, false);
+    host_case(9, BURNC_DTYPE_F64, 65, 70, 33, 2, 1, 1, true, true);
     host_case(5, BURNC_DTYPE_F16, 35, 41, 19, 2, 1, 0, false, false);
     host_case(4, BURNC_DTYPE_F16, 64, 68, 32, 1, 1, 1, false, false);
     BT_LEAK_CHECK();

@@ -133,8 +133,8 @@ bool cuda_gemm_handles(const ir_record *rec)
 
 static uint64_t spec_hash(const cg_ptx_gemm_spec *s)
 {
-    int64_t w[11] = {s->sm,     s->dt,     s->bm,     s->bn, s->bk, s->tm, s->tn, s->a_mode, s->b_mode,
-                     s->min_blocks, s->epi ? s->epi_c_slot : -1};
+    int64_t w[12] = {s->sm,     s->dt,     s->bm,     s->bn, s->bk, s->tm, s->tn, s->a_mode, s->b_mode,
+                     s->min_blocks, s->epi ? s->epi_c_slot : -1, s->pipe};
     return kc_hash(w, sizeof w, s->epi ? kir_hash(s->epi) : 0x67656d6d);
 }
 
@@ -142,7 +142,7 @@ static bool same_spec(const gemm_kernel *e, const cg_ptx_gemm_spec *s, uint64_t 
 {
     if (e->key != key || e->spec.dt != s->dt || e->spec.bm != s->bm || e->spec.bn != s->bn || e->spec.bk != s->bk ||
         e->spec.tm != s->tm || e->spec.tn != s->tn || e->spec.a_mode != s->a_mode || e->spec.b_mode != s->b_mode ||
-        e->spec.min_blocks != s->min_blocks ||
+        e->spec.min_blocks != s->min_blocks || e->spec.pipe != s->pipe ||
         e->has_epi != (s->epi != NULL))
         return false;
     if (!s->epi)
@@ -307,7 +307,8 @@ static burnc_status_t simt_run(rt_device *dev, cuda_gemm_state *g, const cuda_mm
     const cg_ptx_gemm_tile *x = &CG_PTX_GEMM_TILES[t];
     const cuda_mm_epilogue *e = p->epilogue;
     cg_ptx_gemm_spec s = {.sm = cd->cc, .dt = p->dt, .bm = x->bm, .bn = x->bn, .bk = x->bk, .tm = x->tm, .tn = x->tn,
-                          .min_blocks = x->min_blocks, .a_mode = mode_of(p, p->dt, false), .b_mode = mode_of(p, p->dt, true),
+                          .min_blocks = x->min_blocks, .pipe = x->pipe, .a_mode = mode_of(p, p->dt, false),
+                          .b_mode = mode_of(p, p->dt, true),
                           .epi = e ? e->k : NULL, .epi_c_slot = e ? e->c_slot : 0};
     int64_t gx = (p->n + s.bn - 1) / s.bn, gy = (p->m + s.bm - 1) / s.bm;
     if (gy > MAX_GRID_YZ || gx > INT32_MAX || p->batch > MAX_GRID_YZ)
