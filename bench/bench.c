@@ -205,8 +205,8 @@ static const struct workload {
      run_matmul_1024, true},
     {"matmul_2048", "f32 matmul 2048^3 against OpenBLAS cblas_sgemm", run_matmul_2048, true},
     {"matmul_4096", "f32 matmul 4096^3 against OpenBLAS cblas_sgemm", run_matmul_4096, true},
-    {"matmul_gelu", "gelu(A@B + bias), 2048 f32 (on a GPU 4096, f32 and bf16): the epilogue on the matmul's tiles "
-                    "against matmul, then the epilogue as eager kernels", run_matmul_gelu, false},
+    {"matmul_gelu", "gelu(A@B + bias), 2048 f32 (on a GPU 4096, f32 and bf16): fused (where the library puts the "
+                    "epilogue) against matmul, then the epilogue as eager kernels", run_matmul_gelu, false},
     {"matmul_f32", "f32 matmul on a GPU, 4096^3 and 8192^3, exact (no TF32): TFLOP/s (small sizes elsewhere)",
      run_matmul_f32, false},
     {"matmul_tf32", "f32 matmul on TF32 tensor cores (burnc_device_set_matmul_tf32), 4096^3 and 8192^3",

@@ -244,11 +244,11 @@ static float *read_f32(burnc_tensor_t *t)
     return h;
 }
 
-/* One timed job: a matmul, or gelu(A@B + bias) with the epilogue on the tiles or as eager kernels. */
+/* One timed job: a matmul, or gelu(A@B + bias) fused (the library's choice) or as eager kernels. */
 typedef struct mm_job {
     bench_ctx *ctx;
     burnc_tensor_t *a, *b, *bias; /* bias: the epilogue's, NULL for a plain matmul */
-    bool fused, tune;             /* the epilogue on the tiles; the first run tunes (autotune on) */
+    bool fused, tune;             /* fusion on for the epilogue; the first run tunes (autotune on) */
     burnc_tensor_t *last;         /* the last sample's result */
     double first_ms, warm_ms;     /* the first run (compiles, tunes), one warm run */
     int batch;
@@ -522,10 +522,11 @@ int run_matmul_f16(bench_ctx *ctx, bench_result *out)
     return run_matmul_kind(ctx, out, &k, "matmul_f16");
 }
 
-/* ---- gelu(A @ B + bias): the epilogue on the matmul's tiles against the same matmul followed
- * by the epilogue as eager kernels; 2048 f32 on the cpu (its target: >= 1.1x), 4096 f32 and bf16
- * on a GPU (judged against torch.compile by compare_torch.py). f32 metrics are unprefixed, bf16's
- * start with "bf16_". ---- */
+/* ---- gelu(A @ B + bias) fused, that is where the library puts the epilogue (the cpu: on the
+ * matmul's tiles; cuda: in the SIMT matmul's stores only when it is cheap, else one fused kernel
+ * after it), against the same matmul followed by the epilogue as eager kernels; 2048 f32 on the
+ * cpu (its target: >= 1.1x), 4096 f32 and bf16 on a GPU (judged against torch.compile by
+ * compare_torch.py). f32 metrics are unprefixed, bf16's start with "bf16_". ---- */
 
 #define EPILOGUE_TARGET 1.1
 

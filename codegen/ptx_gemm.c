@@ -331,7 +331,10 @@ static void epi_row(gg *g, LLVMValueRef row, erow *r)
         }
 }
 
-static bool epi_element(gg *g, const erow *r, LLVMValueRef col, LLVMValueRef c_val)
+/* One C element's epilogue at column col (in range: the caller clamps it): for each of the
+ * kernel's stores its value in the output's memory type and its address. */
+static bool epi_element(gg *g, const erow *r, LLVMValueRef col, LLVMValueRef c_val, LLVMValueRef *vals,
+                        LLVMValueRef *ptrs)
 {
     const kir_kernel *k = g->epi;
     int last = k->rank - 1;
@@ -350,13 +353,48 @@ static bool epi_element(gg *g, const erow *r, LLVMValueRef col, LLVMValueRef c_v
     for (int i = 0; i < k->n_stores; i++) {
         const kir_store *st = &k->stores[i];
         burnc_dtype_t dt = k->outputs[st->slot].dtype;
-        LLVMValueRef v = cg_to_mem(&g->e, epi_ev(g, &s, st->value), k->insts[st->value].type, dt, 1);
+        vals[i] = cg_to_mem(&g->e, epi_ev(g, &s, st->value), k->insts[st->value].type, dt, 1);
         LLVMValueRef base = LLVMBuildIntToPtr(g->e.b, word(g, CG_GEMM_W_EPI + g->lay.out_addr + st->slot), g->t_gptr, "");
-        LLVMValueRef p = LLVMBuildGEP2(g->e.b, cg_mem_ty(&g->e, dt), base, &s.out_off[st->slot], 1, "");
-        LLVMSetAlignment(LLVMBuildStore(g->e.b, v, p), cg_mem_align(dt));
+        ptrs[i] = LLVMBuildGEP2(g->e.b, cg_mem_ty(&g->e, dt), base, &s.out_off[st->slot], 1, "");
     }
     free(s.val);
     return true;
+}
+
+/* Stores vals[0..v-1] of memory type mt at ptrs[0..v-1] (consecutive elements when `contiguous`):
+ * one vector store where `whole` (all v in range) and the first address is aligned to the
+ * vector, else each element whose column col0 + c is below N. */
+static void vec_store(gg *g, LLVMTypeRef mt, const LLVMValueRef *vals, const LLVMValueRef *ptrs, bool contiguous,
+                      LLVMValueRef whole, LLVMValueRef col0)
+{
+    LLVMBuilderRef b = g->e.b;
+    int v = g->v;
+    unsigned size = (unsigned)LLVMABISizeOfType(LLVMGetModuleDataLayout(g->e.mod), mt);
+    LLVMBasicBlockRef join = NULL;
+    if (contiguous) {
+        LLVMValueRef addr = LLVMBuildPtrToInt(b, ptrs[0], g->e.t_i64, "");
+        LLVMValueRef aligned = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildAnd(b, addr, ki64(g, (int64_t)v * size - 1), ""),
+                                             ki64(g, 0), "");
+        LLVMBasicBlockRef one = block(g, "vec"), each = block(g, "each");
+        join = block(g, "stored");
+        LLVMBuildCondBr(b, and1(g, whole, aligned), one, each);
+        LLVMPositionBuilderAtEnd(b, one);
+        LLVMValueRef x = LLVMGetUndef(vec_t(mt, v));
+        for (int c = 0; c < v; c++)
+            x = LLVMBuildInsertElement(b, x, vals[c], ki32(g, c), "");
+        LLVMSetAlignment(LLVMBuildStore(b, x, ptrs[0]), (unsigned)v * size);
+        LLVMBuildBr(b, join);
+        LLVMPositionBuilderAtEnd(b, each);
+    }
+    for (int c = 0; c < v; c++) {
+        LLVMBasicBlockRef in = cg_if_begin(&g->e, ult(g, add(g, col0, ki64(g, c)), g->N), "if");
+        LLVMSetAlignment(LLVMBuildStore(b, vals[c], ptrs[c]), size);
+        cg_if_end(&g->e, in);
+    }
+    if (join) {
+        LLVMBuildBr(b, join);
+        LLVMPositionBuilderAtEnd(b, join);
+    }
 }
 
 /* A counted loop i = 0..n-1 that is never unrolled (it exists to keep one copy of its body). */
@@ -433,16 +471,30 @@ static bool epi_stores(gg *g, const LLVMValueRef *vals, LLVMValueRef m0, LLVMVal
         LLVMBasicBlockRef row_in = cg_if_begin(&g->e, ult(g, row, g->M), "if");
         erow er;
         epi_row(g, row, &er);
+        /* the vector's elements, columns clamped into the row (the ones past N are not stored),
+         * then their stores: C's and each output's as one vector where whole and aligned */
+        const kir_kernel *k = g->epi;
+        LLVMValueRef mem[8], ptrs[8], vals[KIR_MAX_OUTPUTS][8], outp[KIR_MAX_OUTPUTS][8];
+        LLVMValueRef last_col = LLVMBuildSub(b, g->N, ki64(g, 1), "");
         for (int cc = 0; cc < v && ok; cc++) {
             LLVMValueRef col = add(g, col0, ki64(g, cc));
-            LLVMBasicBlockRef col_in = cg_if_begin(&g->e, ult(g, col, g->N), "if");
-            LLVMValueRef mem = cg_to_mem(&g->e, LLVMBuildExtractElement(b, x, ki32(g, cc), ""), et, s->dt, 1);
-            LLVMBasicBlockRef j2 = cg_if_begin(&g->e, store_c, "if");
+            col = LLVMBuildSelect(b, ult(g, col, g->N), col, last_col, "");
+            mem[cc] = cg_to_mem(&g->e, LLVMBuildExtractElement(b, x, ki32(g, cc), ""), et, s->dt, 1);
             LLVMValueRef off = add(g, mul(g, row, g->N), col);
-            LLVMSetAlignment(LLVMBuildStore(b, mem, LLVMBuildGEP2(b, g->mt, cp, &off, 1, "")), cg_mem_align(s->dt));
-            cg_if_end(&g->e, j2);
-            ok = epi_element(g, &er, col, cg_from_mem(&g->e, mem, s->dt, 1));
-            cg_if_end(&g->e, col_in);
+            ptrs[cc] = LLVMBuildGEP2(b, g->mt, cp, &off, 1, "");
+            LLVMValueRef sv[KIR_MAX_OUTPUTS], sp[KIR_MAX_OUTPUTS];
+            ok = epi_element(g, &er, col, cg_from_mem(&g->e, mem[cc], s->dt, 1), sv, sp);
+            for (int i = 0; i < k->n_stores && ok; i++)
+                vals[i][cc] = sv[i], outp[i][cc] = sp[i];
+        }
+        LLVMValueRef whole = LLVMBuildICmp(b, LLVMIntULE, add(g, col0, ki64(g, v)), g->N, "");
+        LLVMBasicBlockRef c_in = cg_if_begin(&g->e, store_c, "if");
+        vec_store(g, g->mt, mem, ptrs, true, whole, col0);
+        cg_if_end(&g->e, c_in);
+        for (int i = 0; i < k->n_stores && ok; i++) {
+            const kir_slot *o = &k->outputs[k->stores[i].slot];
+            vec_store(g, cg_mem_ty(&g->e, o->dtype), vals[i], outp[i], o->stride[k->rank - 1] == KIR_STRIDE_UNIT, whole,
+                      col0);
         }
         cg_if_end(&g->e, row_in);
         cloop_end(g, &l);

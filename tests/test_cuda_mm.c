@@ -786,6 +786,7 @@ static void check_epilogue_dt(epi_kind e, burnc_dtype_t dt, int64_t m, int64_t k
 {
     burnc_device_t *gpu = open_gpu(), *cpu = open_cpu();
     int builds0, fused0, builds1, fused1;
+    cuda_test_gemm_set_epilogues(gpu, true); /* whatever their cost */
     cuda_test_gemm_counts(gpu, &builds0, &fused0);
     size_t nf, nu, nc;
     void *fused = epilogue_run(gpu, e, dt, m, k, n, &nf);
@@ -824,6 +825,25 @@ Test(cuda_mm, epilogue_bias_gelu_fused_equals_unfused)
 {
     check_epilogue(EPI_BIAS_GELU, 129, 65, 257, true, "bias + gelu 129x65x257");
     check_epilogue(EPI_BIAS_GELU, 256, 128, 256, true, "bias + gelu 256x128x256");
+    BT_LEAK_CHECK();
+}
+
+/* By default an epilogue runs in the matmul's stores when it is cheap (a residual add) and apart
+ * when it is not (bias + gelu, about 100 instructions an element); the bits are the same. */
+Test(cuda_mm, epilogue_fused_by_cost)
+{
+    burnc_device_t *gpu = open_gpu();
+    int builds, f0, f1, f2;
+    size_t n;
+    cuda_test_gemm_counts(gpu, &builds, &f0);
+    free(epilogue_run(gpu, EPI_BIAS_GELU, BURNC_DTYPE_F32, 128, 64, 128, &n));
+    cuda_test_gemm_counts(gpu, &builds, &f1);
+    cr_assert_eq(f1, f0, "bias + gelu ran in the matmul's stores by default");
+    free(epilogue_run(gpu, EPI_RESIDUAL, BURNC_DTYPE_F32, 128, 64, 128, &n));
+    free(epilogue_run(gpu, EPI_SCALE_CAST, BURNC_DTYPE_F32, 128, 64, 128, &n));
+    cuda_test_gemm_counts(gpu, &builds, &f2);
+    cr_assert_eq(f2, f1 + 2, "a residual add and a scale + cast were not fused by default (%d of 2)", f2 - f1);
+    burnc_device_release(gpu);
     BT_LEAK_CHECK();
 }
 
