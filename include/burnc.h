@@ -478,9 +478,10 @@ BURNC_API burnc_tensor_t *burnc_layer_norm_affine(burnc_tensor_t *x, int normali
  * 13 bits dropped, as Hopper's wgmma reads them) on 9.0: within K * 2^-23 * sum |a b| plus
  * 2^-9 * sum |a b| of ref. Operands whose rows are not 16-byte aligned, or with no unit-stride
  * axis, take the f32 fma chain instead. Every other float matmul on cuda runs the fma chain
- * above on the GPU, bitwise equal to the cpu device, with element-wise work that fusion puts
- * right after it (bias, activation, residual, scale, cast) applied in its stores, bitwise as if
- * run apart; integer matmuls run on the host with ref's kernels. */
+ * above on the GPU, bitwise equal to the cpu device, with cheap element-wise work that fusion
+ * puts right after it (bias, residual, scale, cast, relu) applied in its stores, bitwise as if
+ * run apart (costlier work, such as a GELU, runs as a kernel of its own: faster there); integer
+ * matmuls run on the host with ref's kernels. */
 BURNC_API burnc_tensor_t *burnc_matmul(burnc_tensor_t *a, burnc_tensor_t *b);
 
 /* ---- Movement ---------------------------------------------------------------------------- */
