@@ -474,7 +474,7 @@ static bool epi_stores(gg *g, const LLVMValueRef *vals, LLVMValueRef m0, LLVMVal
         /* the vector's elements, columns clamped into the row (the ones past N are not stored),
          * then their stores: C's and each output's as one vector where whole and aligned */
         const kir_kernel *k = g->epi;
-        LLVMValueRef mem[8], ptrs[8], vals[KIR_MAX_OUTPUTS][8], outp[KIR_MAX_OUTPUTS][8];
+        LLVMValueRef mem[8], ptrs[8], outv[KIR_MAX_OUTPUTS][8], outp[KIR_MAX_OUTPUTS][8];
         LLVMValueRef last_col = LLVMBuildSub(b, g->N, ki64(g, 1), "");
         for (int cc = 0; cc < v && ok; cc++) {
             LLVMValueRef col = add(g, col0, ki64(g, cc));
@@ -485,7 +485,7 @@ static bool epi_stores(gg *g, const LLVMValueRef *vals, LLVMValueRef m0, LLVMVal
             LLVMValueRef sv[KIR_MAX_OUTPUTS], sp[KIR_MAX_OUTPUTS];
             ok = epi_element(g, &er, col, cg_from_mem(&g->e, mem[cc], s->dt, 1), sv, sp);
             for (int i = 0; i < k->n_stores && ok; i++)
-                vals[i][cc] = sv[i], outp[i][cc] = sp[i];
+                outv[i][cc] = sv[i], outp[i][cc] = sp[i];
         }
         LLVMValueRef whole = LLVMBuildICmp(b, LLVMIntULE, add(g, col0, ki64(g, v)), g->N, "");
         LLVMBasicBlockRef c_in = cg_if_begin(&g->e, store_c, "if");
@@ -493,7 +493,7 @@ static bool epi_stores(gg *g, const LLVMValueRef *vals, LLVMValueRef m0, LLVMVal
         cg_if_end(&g->e, c_in);
         for (int i = 0; i < k->n_stores && ok; i++) {
             const kir_slot *o = &k->outputs[k->stores[i].slot];
-            vec_store(g, cg_mem_ty(&g->e, o->dtype), vals[i], outp[i], o->stride[k->rank - 1] == KIR_STRIDE_UNIT, whole,
+            vec_store(g, cg_mem_ty(&g->e, o->dtype), outv[i], outp[i], o->stride[k->rank - 1] == KIR_STRIDE_UNIT, whole,
                       col0);
         }
         cg_if_end(&g->e, row_in);
