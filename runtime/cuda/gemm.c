@@ -588,7 +588,7 @@ burnc_status_t cuda_gemm_kernel_launched(rt_device *dev, const kir_kernel *k, co
     burnc_status_t s = BURNC_OK;
     cuda_mm_epilogue e;
     bool mma = g->held && !g->no_mma && cuda_mma_dtype_ok(dev, g->h.dt, atomic_load(&cuda_dev(dev)->tf32));
-    int cost = epilogue ? epilogue_cost(k) : 0;
+    int cost = g->held && epilogue ? epilogue_cost(k) : 0;
     bool cheap = g->epilogues == EPI_ALWAYS || (g->epilogues == EPI_BY_COST && cost <= EPI_MAX_COST);
     if (g->held && epilogue && cheap && !mma && fits(&g->h, k, args, ins, outs, &e)) {
         g->held = false;
