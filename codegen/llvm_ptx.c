@@ -596,9 +596,10 @@ static int stage_group(const kir_kernel *k, int st) { return group_size(k, is_ar
 typedef struct group_ctx {
     int group;        /* sites per group */
     const bool *need; /* instructions whose loads `pre` issues */
-    int st;           /* the stage accumulated */
+    int st, n_st;     /* the stages accumulated: st .. st + n_st - 1 (lane_acc; keep_body: st) */
     bool stores;      /* ... and the element stores at each position (lane_acc) */
-    LLVMValueRef acc, accp;
+    LLVMValueRef sacc[KIR_MAX_STAGES], saccp[KIR_MAX_STAGES]; /* their accumulators */
+    LLVMValueRef acc; /* the fast stage's (copy_row) */
     int slot; /* the input copied */
 } group_ctx;
 
@@ -903,36 +904,40 @@ static void warp_tree(ent *e, int comb, int t, LLVMValueRef *v, LLVMValueRef *p)
 
 static int stage_type(const kir_kernel *k, int s) { return k->insts[k->stages[s].value].type; }
 
-/* Combines stage c->st's value at site s into the accumulator (a position's turn in the
- * lane's order). */
+/* Combines the values of stages c->st .. at site s into their accumulators (a position's turn
+ * in the lane's order). */
 static bool accumulate(site *s, group_ctx *c)
 {
     gen *g = s->e->g;
     LLVMBuilderRef b = g->e.b;
-    int comb = g->e.k->stages[c->st].combiner, t = stage_type(g->e.k, c->st);
-    bool arg = is_arg_comb(comb);
-    LLVMValueRef x = ev(s, g->e.k->stages[c->st].value), nv, np = NULL;
-    LLVMValueRef cv = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), c->acc, "");
-    LLVMValueRef cp = arg ? LLVMBuildLoad2(b, g->e.t_i64, c->accp, "") : NULL;
-    cg_combine(&g->e, comb, t, cv, cp, x, s->j, &nv, &np);
-    if (s->e->smem && g->kept[c->st] && !s->e->kept_ready[c->st]) {
-        LLVMValueRef p = LLVMBuildGEP2(b, cg_ty_of(&g->e, t), s->e->kept_base[c->st], &s->j, 1, "");
-        LLVMSetAlignment(LLVMBuildStore(b, x, p), (unsigned)cg_ptx_kept_size(t));
+    for (int q = 0; q < c->n_st; q++) {
+        int st = c->st + q, comb = g->e.k->stages[st].combiner, t = stage_type(g->e.k, st);
+        bool arg = is_arg_comb(comb);
+        LLVMValueRef x = ev(s, g->e.k->stages[st].value), nv, np = NULL;
+        LLVMValueRef cv = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), c->sacc[q], "");
+        LLVMValueRef cp = arg ? LLVMBuildLoad2(b, g->e.t_i64, c->saccp[q], "") : NULL;
+        cg_combine(&g->e, comb, t, cv, cp, x, s->j, &nv, &np);
+        if (s->e->smem && g->kept[st] && !s->e->kept_ready[st]) {
+            LLVMValueRef p = LLVMBuildGEP2(b, cg_ty_of(&g->e, t), s->e->kept_base[st], &s->j, 1, "");
+            LLVMSetAlignment(LLVMBuildStore(b, x, p), (unsigned)cg_ptx_kept_size(t));
+        }
+        LLVMBuildStore(b, nv, c->sacc[q]);
+        if (arg)
+            LLVMBuildStore(b, np, c->saccp[q]);
     }
-    LLVMBuildStore(b, nv, c->acc);
-    if (arg)
-        LLVMBuildStore(b, np, c->accp);
     if (c->stores)
         emit_stores(s, ST_ELEM);
     return true;
 }
 
-/* The values a lane evaluates for stage st at a position: the stage's, and with `stores` the
- * element stores'; returns how many. */
-static int stage_roots(const kir_kernel *k, int st, bool stores, int32_t roots[1 + KIR_MAX_OUTPUTS])
+/* The values a lane evaluates for stages st .. st + n_st - 1 at a position: the stages', and
+ * with `stores` the element stores'; returns how many. */
+static int stage_roots(const kir_kernel *k, int st, int n_st, bool stores,
+                       int32_t roots[KIR_MAX_STAGES + KIR_MAX_OUTPUTS])
 {
     int n = 0;
-    roots[n++] = k->stages[st].value;
+    for (int q = 0; q < n_st; q++)
+        roots[n++] = k->stages[st + q].value;
     for (int i = 0; stores && i < k->n_stores; i++)
         if (!k->stores[i].row)
             roots[n++] = k->stores[i].value;
@@ -948,29 +953,32 @@ static int compute_cost(const kir_kernel *k, const bool *mark)
     return n;
 }
 
-/* One lane's part of stage `st` in row r: positions first, first + 32, ... < end combined in
- * order from the identity, loads in groups of `group`; with `stores`, each position's element
- * stores too (none may use the stage's result), from the same evaluation. */
-static bool lane_acc(ent *e, rowc *r, int st, LLVMValueRef first, LLVMValueRef end, int group, bool stores,
+/* One lane's part of stages st .. st + n - 1 in row r, from one evaluation a position:
+ * positions first, first + 32, ... < end combined in order from the identity, loads in groups
+ * of `group`; with `stores`, each position's element stores too (none may use the stages'
+ * results). v[q], p[q]: stage st + q's. */
+static bool lane_acc(ent *e, rowc *r, int st, int n, LLVMValueRef first, LLVMValueRef end, int group, bool stores,
                      LLVMValueRef *v, LLVMValueRef *p)
 {
     gen *g = e->g;
     LLVMBuilderRef b = g->e.b;
-    int comb = g->e.k->stages[st].combiner, t = stage_type(g->e.k, st);
-    group_ctx c = {.group = group,
-                   .st = st,
-                   .stores = stores,
-                   .acc = entry_alloca(e, cg_ty_of(&g->e, t)),
-                   .accp = entry_alloca(e, g->e.t_i64)};
-    LLVMBuildStore(b, cg_identity(&g->e, comb, t, 1), c.acc);
-    LLVMBuildStore(b, ki64(g, INT64_MAX), c.accp);
-    int32_t roots[1 + KIR_MAX_OUTPUTS];
-    bool *need = reach(g->e.k, roots, stage_roots(g->e.k, st, stores, roots), e);
+    group_ctx c = {.group = group, .st = st, .n_st = n, .stores = stores};
+    for (int q = 0; q < n; q++) {
+        int comb = g->e.k->stages[st + q].combiner, t = stage_type(g->e.k, st + q);
+        c.sacc[q] = entry_alloca(e, cg_ty_of(&g->e, t));
+        c.saccp[q] = entry_alloca(e, g->e.t_i64);
+        LLVMBuildStore(b, cg_identity(&g->e, comb, t, 1), c.sacc[q]);
+        LLVMBuildStore(b, ki64(g, INT64_MAX), c.saccp[q]);
+    }
+    int32_t roots[KIR_MAX_STAGES + KIR_MAX_OUTPUTS];
+    bool *need = reach(g->e.k, roots, stage_roots(g->e.k, st, n, stores, roots), e);
     c.need = need;
     bool ok = need && positions(e, r, first, ki64(g, W), end, pre_loads, accumulate, &c);
     free(need);
-    *v = LLVMBuildLoad2(b, cg_ty_of(&g->e, t), c.acc, "");
-    *p = LLVMBuildLoad2(b, g->e.t_i64, c.accp, "");
+    for (int q = 0; q < n; q++) {
+        v[q] = LLVMBuildLoad2(b, cg_ty_of(&g->e, stage_type(g->e.k, st + q)), c.sacc[q], "");
+        p[q] = LLVMBuildLoad2(b, g->e.t_i64, c.saccp[q], "");
+    }
     return ok;
 }
 
@@ -983,7 +991,7 @@ static bool leaf_result(ent *e, rowc *r, int st, LLVMValueRef start, LLVMValueRe
 {
     const kir_kernel *k = e->g->e.k;
     int comb = k->stages[st].combiner;
-    bool ok = lane_acc(e, r, st, LLVMBuildAdd(e->g->e.b, start, e->lane, ""), end, group, stores, v, p);
+    bool ok = lane_acc(e, r, st, 1, LLVMBuildAdd(e->g->e.b, start, e->lane, ""), end, group, stores, v, p);
     warp_tree(e, comb, stage_type(k, st), v, p);
     return ok;
 }
@@ -1185,11 +1193,13 @@ static bool early_stores(gen *g)
  * waits on memory's latency group after group, so it keeps WIDE_GROUP loads in flight. The
  * deep MLP's LayerNorm forward and backward (rows of 1024 on the H200) went 51.4 -> 48.3 and
  * 44.6 -> 41.5 us (48.7 and 42.5 with 16). */
-static int wide_group(const kir_kernel *k, int st, bool stores)
+static int wide_group(const kir_kernel *k, int st, int n, bool stores)
 {
-    int group = stage_group(k, st);
-    int32_t roots[1 + KIR_MAX_OUTPUTS];
-    bool *mark = group == GROUP ? reach(k, roots, stage_roots(k, st, stores, roots), NULL) : NULL;
+    int group = GROUP;
+    for (int q = 0; q < n; q++)
+        group = stage_group(k, st + q) < group ? stage_group(k, st + q) : group;
+    int32_t roots[KIR_MAX_STAGES + KIR_MAX_OUTPUTS];
+    bool *mark = group == GROUP ? reach(k, roots, stage_roots(k, st, n, stores, roots), NULL) : NULL;
     if (mark && compute_cost(k, mark) < EARLY_COST)
         group = WIDE_GROUP;
     free(mark);
@@ -1216,7 +1226,7 @@ static bool emit_rows_warp(gen *g)
     }
     for (int st = 0; st < g->e.k->n_stages && ok; st++) {
         LLVMValueRef v, p;
-        ok = leaf_result(&e, &r, st, ki64(g, 0), e.row_len, false, wide_group(g->e.k, st, false), &v, &p);
+        ok = leaf_result(&e, &r, st, ki64(g, 0), e.row_len, false, wide_group(g->e.k, st, 1, false), &v, &p);
         r.reduced[st] = stage_value(g, st, v, p);
     }
     if (ok && cg_ptx_has_elem_stores(g->e.k) && !g->readback)
@@ -1707,19 +1717,26 @@ static bool emit_cols(gen *g)
     LLVMValueRef tree = LLVMBuildAdd(b, LLVMBuildShl(b, grp, ki64(g, g->cols_shift), ""), col, "");
     LLVMValueRef mine = LLVMBuildAdd(b, LLVMBuildShl(b, tree, ki64(g, 5), ""), lane_k, ""),
                  theirs = LLVMBuildAdd(b, LLVMBuildShl(b, warp, ki64(g, 5), ""), e.lane, "");
-    LLVMValueRef ix = LLVMBuildMul(b, warp, ki64(g, 2 * CSTACK_DEPTH), "");
-    LLVMValueRef stack = LLVMBuildGEP2(b, g->e.t_i64, g->sh_cstack, &ix, 1, "");
+    /* the stack of row w's q-th stage of a pass: record (q C + w) 2 CSTACK_DEPTH */
+    LLVMValueRef stacks[2];
+    for (int q = 0; q < cg_ptx_cols_pass_max(1 << g->cols_shift); q++) {
+        LLVMValueRef ix = LLVMBuildMul(b, LLVMBuildAdd(b, warp, ki64(g, (int64_t)q << g->cols_shift), ""),
+                                       ki64(g, 2 * CSTACK_DEPTH), "");
+        stacks[q] = LLVMBuildGEP2(b, g->e.t_i64, g->sh_cstack, &ix, 1, "");
+    }
     LLVMValueRef lane0 = LLVMBuildICmp(b, LLVMIntEQ, e.lane, ki64(g, 0), "");
     LLVMValueRef stores_end = LLVMBuildSelect(b, valid, e.row_len, ki64(g, 0), "");
     /* the stages' warps: a lane of each row (warp-uniform) */
     LLVMValueRef staged = LLVMBuildICmp(b, LLVMIntULT, warp, ki64(g, 1 << g->cols_shift), "");
     LLVMValueRef spread = ki64(g, g->cols_threads >> g->cols_shift); /* 32 s */
-    bool ok = true, pass_stores = cg_ptx_cols_pass_stores(k); /* then P is 1 (cg_ptx_cols_threads) */
-    int pshift = ilog2(P);
+    int C = 1 << g->cols_shift;
+    bool ok = true, pass_stores = cg_ptx_cols_pass_stores(k, C); /* then P is 1 (cg_ptx_cols_threads) */
+    int pshift = ilog2(P), n;
     LLVMValueRef rounds = LLVMBuildLShr(b, LLVMBuildAdd(b, n_leaves, ki64(g, P - 1), ""), ki64(g, pshift), "");
-    for (int st = 0; st < k->n_stages && ok; st++) {
-        int comb = k->stages[st].combiner, t = stage_type(k, st);
-        LLVMValueRef v, p;
+    bool uses[CG_PTX_MULTIPASS_MAX_INSTS];
+    for (int st0 = 0; st0 < k->n_stages && ok; st0 += n) {
+        n = cg_ptx_cols_pass(k, st0, C, uses);
+        LLVMValueRef pv[2], pp[2];
         loop lf;
         loop_begin(&e, &lf, ki64(g, 0), ki64(g, 1), rounds);
         LLVMValueRef first = LLVMBuildShl(b, lf.i, ki64(g, pshift), ""); /* the round's first leaf */
@@ -1728,42 +1745,51 @@ static bool emit_cols(gen *g)
         LLVMValueRef end = umin64(g, e.row_len, LLVMBuildAdd(b, start, ki64(g, KIR_LEAF), ""));
         end = LLVMBuildSelect(b, LLVMBuildAnd(b, valid, LLVMBuildICmp(b, LLVMIntULT, leaf, n_leaves, ""), ""), end,
                               start, "");
-        bool stores = pass_stores && st == k->n_stages - 1;
-        ok = lane_acc(&e, &r, st, LLVMBuildAdd(b, start, lane_k, ""), end, wide_group(k, st, stores), stores, &v, &p);
-        rec_store(g, g->sh_cols, mine, v, p);
-        barrier(g);
-        /* warp w does the lane tree of row w % C's leaf round P + w / C */
-        rec_load(g, g->sh_cols, theirs, t, &v, &p);
-        warp_tree(&e, comb, t, &v, &p);
-        LLVMBasicBlockRef c2 = cg_if_begin(&e.g->e, LLVMBuildAnd(b, lane0, staged, ""), "push");
-        if (P == 1)
-            stack_push(&e, st, stack, lf.i, v, p);
-        cg_if_end(&e.g->e, c2);
-        if (P > 1) { /* the round's leaves go on each row's stack in order, by the row's warp */
-            c2 = cg_if_begin(&e.g->e, lane0, "leaf");
-            rec_store(g, g->sh_cres, warp, v, p);
-            cg_if_end(&e.g->e, c2);
+        bool stores = pass_stores && st0 + n == k->n_stages;
+        ok = lane_acc(&e, &r, st0, n, LLVMBuildAdd(b, start, lane_k, ""), end, wide_group(k, st0, n, stores), stores,
+                      pv, pp);
+        for (int m = 0; m < n; m++) {
+            int st = st0 + m, t = stage_type(k, st);
+            LLVMValueRef v = pv[m], p = pp[m], stack = stacks[m];
+            rec_store(g, g->sh_cols, mine, v, p);
             barrier(g);
-            c2 = cg_if_begin(&e.g->e, LLVMBuildAnd(b, lane0, staged, ""), "push");
-            for (int q = 0; q < P; q++) {
-                LLVMValueRef lq = LLVMBuildAdd(b, first, ki64(g, q), "");
-                LLVMBasicBlockRef c3 = cg_if_begin(&e.g->e, LLVMBuildICmp(b, LLVMIntULT, lq, n_leaves, ""), "in");
-                rec_load(g, g->sh_cres, LLVMBuildAdd(b, warp, ki64(g, (int64_t)q << g->cols_shift), ""), t, &v, &p);
-                stack_push(&e, st, stack, lq, v, p);
-                cg_if_end(&e.g->e, c3);
-            }
+            /* warp w does the lane tree of row w % C's leaf round P + w / C */
+            rec_load(g, g->sh_cols, theirs, t, &v, &p);
+            warp_tree(&e, k->stages[st].combiner, t, &v, &p);
+            LLVMBasicBlockRef c2 = cg_if_begin(&e.g->e, LLVMBuildAnd(b, lane0, staged, ""), "push");
+            if (P == 1)
+                stack_push(&e, st, stack, lf.i, v, p);
             cg_if_end(&e.g->e, c2);
+            if (P > 1) { /* the round's leaves go on each row's stack in order, by the row's warp */
+                c2 = cg_if_begin(&e.g->e, lane0, "leaf");
+                rec_store(g, g->sh_cres, warp, v, p);
+                cg_if_end(&e.g->e, c2);
+                barrier(g);
+                c2 = cg_if_begin(&e.g->e, LLVMBuildAnd(b, lane0, staged, ""), "push");
+                for (int q = 0; q < P; q++) {
+                    LLVMValueRef lq = LLVMBuildAdd(b, first, ki64(g, q), "");
+                    LLVMBasicBlockRef c3 = cg_if_begin(&e.g->e, LLVMBuildICmp(b, LLVMIntULT, lq, n_leaves, ""), "in");
+                    rec_load(g, g->sh_cres, LLVMBuildAdd(b, warp, ki64(g, (int64_t)q << g->cols_shift), ""), t, &v, &p);
+                    stack_push(&e, st, stack, lq, v, p);
+                    cg_if_end(&e.g->e, c3);
+                }
+                cg_if_end(&e.g->e, c2);
+            }
+            barrier(g); /* the records are read before the next round (or stage) writes them */
         }
-        barrier(g); /* the records are read before the next round writes them */
         loop_end(&e, &lf);
-        LLVMBasicBlockRef cont = cg_if_begin(&e.g->e, LLVMBuildAnd(b, lane0, staged, ""), "fold");
-        stack_fold(&e, st, stack, n_leaves, &v, &p);
-        rec_store(g, g->sh_cres, warp, v, p);
-        cg_if_end(&e.g->e, cont);
-        barrier(g);
-        rec_load(g, g->sh_cres, col, t, &v, &p);
-        barrier(g); /* read before a later stage writes it */
-        r.reduced[st] = stage_value(g, st, v, p);
+        for (int q = 0; q < n; q++) {
+            int st = st0 + q, t = stage_type(k, st);
+            LLVMValueRef v, p;
+            LLVMBasicBlockRef cont = cg_if_begin(&e.g->e, LLVMBuildAnd(b, lane0, staged, ""), "fold");
+            stack_fold(&e, st, stacks[q], n_leaves, &v, &p);
+            rec_store(g, g->sh_cres, warp, v, p);
+            cg_if_end(&e.g->e, cont);
+            barrier(g);
+            rec_load(g, g->sh_cres, col, t, &v, &p);
+            barrier(g); /* read before a later stage writes it */
+            r.reduced[st] = stage_value(g, st, v, p);
+        }
     }
     if (ok && cg_ptx_has_elem_stores(k) && !pass_stores)
         ok = elem_stores_to(&e, &r, lane, spread, stores_end);
@@ -1967,7 +1993,8 @@ static bool build_module(gen *g)
         /* 42.5 KB at 32 rows a block, under the 48 KB of static shared memory */
         unsigned cols = 1u << g->cols_shift;
         g->sh_cols = shared_array(g, "burnc_sh_cols", 2 * (unsigned)g->cols_threads); /* a record a thread */
-        g->sh_cstack = shared_array(g, "burnc_sh_cstack", 2 * cols * CSTACK_DEPTH);
+        unsigned per_pass = (unsigned)cg_ptx_cols_pass_max((int)cols); /* a stack a row and stage of a pass */
+        g->sh_cstack = shared_array(g, "burnc_sh_cstack", 2 * cols * CSTACK_DEPTH * per_pass);
         g->sh_cres = shared_array(g, "burnc_sh_cres", 2 * (unsigned)g->cols_threads / W); /* a record a warp */
         if (!emit_cols(g))
             return false;

@@ -74,7 +74,7 @@ enum { CG_PTX_MAX_LAUNCHES = 16, CG_PTX_MAX_PARAM_WORDS = 512 };
  * tree. Emitted when cg_ptx_has_cols; the planner takes it when the arguments' strides say so.
  * Its block is cg_ptx_cols_threads, whatever options.block says: the threads past the lanes
  * (element stores that wait for the last stage) do element stores only; other element stores
- * go in the last stage's pass (cg_ptx_cols_pass_stores). */
+ * go in the last pass (cg_ptx_cols_pass_stores). */
 #define CG_PTX_ENTRY_COLS "burnc_cols"
 
 /* The parameter block, in 8-byte words, the same for every entry of a kernel:
@@ -430,14 +430,36 @@ static inline int cg_ptx_cols(const cg_ptx_options *o)
     return c;
 }
 
-/* Whether the column entry does the element stores in its last stage's pass, each where the
- * lane that combines the position has just evaluated it: none uses that stage's result. */
-static inline bool cg_ptx_cols_pass_stores(const kir_kernel *k)
+/* The stages of the column entry's pass that begins with stage st: st and those after it whose
+ * values use no result of a stage from st on, so one evaluation of a position serves them all
+ * (a GELU's backward summed for a LayerNorm's weight and for its bias), at most 2 (their leaf
+ * stacks share the block's static shared memory: 2 x C x 832 bytes, within 48 KB for C <= 16),
+ * 1 for C = 32. `uses` has room for CG_PTX_MULTIPASS_MAX_INSTS. */
+static inline int cg_ptx_cols_pass_max(int C) { return C > 16 ? 1 : 2; }
+
+static inline int cg_ptx_cols_pass(const kir_kernel *k, int st, int C, bool *uses)
+{
+    int n = 1;
+    if (k->n_insts > CG_PTX_MULTIPASS_MAX_INSTS)
+        return n;
+    cg_ptx_elem_stores_before(k, st, uses);
+    while (n < cg_ptx_cols_pass_max(C) && st + n < k->n_stages && !uses[k->stages[st + n].value])
+        n++;
+    return n;
+}
+
+/* Whether the column entry does the element stores in its last pass (cg_ptx_cols_pass), each
+ * where the lane that combines the position has just evaluated it: none uses the result of a
+ * stage of that pass. */
+static inline bool cg_ptx_cols_pass_stores(const kir_kernel *k, int C)
 {
     if (!cg_ptx_has_elem_stores(k) || k->n_stages == 0 || k->n_insts > CG_PTX_MULTIPASS_MAX_INSTS)
         return false;
     bool uses[CG_PTX_MULTIPASS_MAX_INSTS];
-    return cg_ptx_elem_stores_before(k, k->n_stages - 1, uses);
+    int st = 0, n;
+    while (st + (n = cg_ptx_cols_pass(k, st, C, uses)) < k->n_stages)
+        st += n;
+    return cg_ptx_elem_stores_before(k, st, uses);
 }
 
 /* The column entry's threads a block: a lane of each of its rows, times up to 4 (at most 1024)
@@ -446,7 +468,8 @@ static inline bool cg_ptx_cols_pass_stores(const kir_kernel *k)
 static inline int cg_ptx_cols_threads(const kir_kernel *k, const cg_ptx_options *o)
 {
     int lanes = cg_ptx_cols(o) * KIR_LANES;
-    return cg_ptx_has_elem_stores(k) && !cg_ptx_cols_pass_stores(k) ? (lanes * 4 > 1024 ? 1024 : lanes * 4) : lanes;
+    bool after = cg_ptx_has_elem_stores(k) && !cg_ptx_cols_pass_stores(k, cg_ptx_cols(o));
+    return after ? (lanes * 4 > 1024 ? 1024 : lanes * 4) : lanes;
 }
 
 /* Positions per thread of an element-wise kernel when the options leave it 0. A thread keeps

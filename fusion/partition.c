@@ -324,7 +324,7 @@ typedef struct leaf_check {
     const fus_domain *dom;
     const int8_t *map;
     keyset *ks;
-    int loads;
+    int loads, full; /* loads, and new slots that move along every axis of the domain */
 } leaf_check;
 
 static bool check_leaf(void *ctx, int node, int k, const ir_view *v)
@@ -336,7 +336,14 @@ static bool check_leaf(void *ctx, int node, int k, const ir_view *v)
     fus_slot_key key;
     fus_view_key(lc->dom, lc->map, &lc->p->c.recs[node]->in[k], v, &key);
     lc->loads++;
-    return keyset_add(lc->ks, &key);
+    int fresh = lc->ks->n_fresh;
+    if (!keyset_add(lc->ks, &key))
+        return false;
+    bool full = lc->ks->n_fresh > fresh;
+    for (int t = 0; full && t < lc->dom->rank; t++)
+        full = key.strides[t] != 0;
+    lc->full += full;
+    return true;
 }
 
 /* Operand k of r recomputed in group gi (keys added to jp on success). */
@@ -349,6 +356,14 @@ static bool try_recompute(const part *p, int gi, const fus_domain *dom, const in
     keyset trial = jp->ks;
     leaf_check lc = {.p = p, .gi = gi, .dom = dom, .map = map, .ks = &trial};
     if (!fus_inline_walk(&p->c, pr, &p->c.recs[r]->in[k].view, check_leaf, &lc))
+        return false;
+    /* Reading the value instead moves at most two tensors (its store, unless it is stored anyway,
+     * and the load), and from an earlier kernel it needs no cut. So a recomputation that reads
+     * three new tensors, or two of an earlier kernel, is refused. On the H200, in burnc-bench's
+     * deep MLP step: the bias gradient took 30.6 us recomputing the LayerNorm's input gradient
+     * from two tensors and four row vectors, 12-14 us reading it; the LayerNorm backward, which
+     * recomputed the GELU's backward from three tensors, went 41.7 -> 27-28 us. */
+    if (lc.full > 2 || (lc.full == 2 && p->c.group[pr] != gi))
         return false;
     jp->ks = trial;
     jp->inl[k] = true;

@@ -829,6 +829,37 @@ Test(fusion, held_values_are_loaded_not_recomputed)
     BT_LEAK_CHECK();
 }
 
+/* Recomputing a cheap value is refused where reading it moves fewer tensors: three new ones
+ * (variant 1), or two of an earlier kernel, which stores the value for the reader (variant 2,
+ * a column sum after a row sum, as a LayerNorm's backward and its bias gradient). Two new
+ * tensors in the reader's own kernel are still recomputed (variant 0): reading would cost a
+ * cut, a store and a load. */
+Test(fusion, recomputing_from_many_tensors_is_refused)
+{
+    for (int variant = 0; variant < 3; variant++) {
+        tb *b = tb_new();
+        const int64_t sq[2] = {7, 7};
+        tt x = input(b, BURNC_DTYPE_F32, 2, sq), w = input(b, BURNC_DTYPE_F32, 2, sq),
+           y = input(b, BURNC_DTYPE_F32, 2, sq);
+        tt mid = bin(b, IR_OP_ADD, x, w);
+        if (variant == 1)
+            mid = bin(b, IR_OP_MUL, mid, y);
+        if (variant == 2) {
+            keep(b, bin(b, IR_OP_SUB, mid, reduce(b, IR_OP_SUM, mid, 2u, 0))); /* rows */
+            keep(b, reduce(b, IR_OP_SUM, mid, 1u, 0));                         /* columns */
+        } else
+            keep(b, bin(b, IR_OP_ADD, transpose(mid), y));
+        fus_plan p = check_runs(b, F32_RTOL, F32_ATOL, 420 + (uint64_t)variant);
+        cr_assert_eq(p.n_groups, variant == 0 ? 1 : 2, "variant %d: %d groups", variant, p.n_groups);
+        cr_assert_eq(is_stored(&p, mid.st), variant != 0, "variant %d", variant);
+        if (variant == 2)
+            cr_assert_eq(p.groups[1].kernel.n_inputs, 1, "the column sum reads the value");
+        fus_plan_free(&p);
+        free(b);
+    }
+    BT_LEAK_CHECK();
+}
+
 Test(fusion, transposed_read_of_a_member_is_a_cut)
 {
     tb *b = tb_new();

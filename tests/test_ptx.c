@@ -1756,6 +1756,41 @@ Test(ptx, plan_columns)
     BT_LEAK_CHECK();
 }
 
+/* Stages whose values use no result of one another share the column entry's pass, two at most
+ * and one at 32 rows a block (their leaf stacks share static shared memory); a stage that reads
+ * an earlier one's result starts a pass. Element stores that use a result of the last pass wait
+ * for it (the block's threads times 4). */
+Test(ptx, columns_one_pass)
+{
+    for (int dep = 0; dep < 3; dep++) {
+        kir_kernel k;
+        kir_init(&k, 2, 1);
+        int x = in_slot(&k, BURNC_DTYPE_F32, "22"), w = in_slot(&k, BURNC_DTYPE_F32, "22");
+        int o1 = out_slot(&k, BURNC_DTYPE_F32, "20"), o2 = out_slot(&k, BURNC_DTYPE_F32, "20");
+        int og = out_slot(&k, BURNC_DTYPE_F32, "22");
+        int32_t g = OP2(&k, KIR_MUL, KIR_F32, LD(&k, x), LD(&k, w));
+        int32_t r1 = REDUCED(&k, STAGE(&k, KIR_COMBINE_SUM, g));
+        int32_t v2 = dep == 1 ? OP2(&k, KIR_SUB, KIR_F32, LD(&k, x), r1) : OP2(&k, KIR_MUL, KIR_F32, g, LD(&k, x));
+        int32_t r2 = REDUCED(&k, STAGE(&k, KIR_COMBINE_MAX, v2));
+        STORE(&k, o1, r1, true);
+        STORE(&k, o2, r2, true);
+        STORE(&k, og, dep == 2 ? OP2(&k, KIR_MUL, KIR_F32, g, r1) : g, false);
+        snprintf(k.name, sizeof k.name, "passes_%d", dep);
+        bool uses[CG_PTX_MULTIPASS_MAX_INSTS];
+        cr_assert_eq(cg_ptx_cols_pass(&k, 0, 8, uses), dep == 1 ? 1 : 2, "kernel %d", dep);
+        cr_assert_eq(cg_ptx_cols_pass(&k, 0, 32, uses), 1);
+        cr_assert_eq(cg_ptx_cols_pass(&k, 1, 8, uses), 1);
+        cr_assert_eq(cg_ptx_cols_pass_stores(&k, 8), dep != 2, "kernel %d", dep);
+        cr_assert_eq(cg_ptx_cols_pass_stores(&k, 32), true, "kernel %d: the last stage alone", dep);
+        cg_ptx_options o8 = {.sm = 90, .rows_per_block = 8}, o32 = {.sm = 90, .rows_per_block = 32};
+        cr_assert_eq(cg_ptx_cols_threads(&k, &o8), dep == 2 ? 4 * 8 * KIR_LANES : 8 * KIR_LANES);
+        free(gen_ptx(&k, &o8));
+        free(gen_ptx(&k, &o32));
+        kir_free(&k);
+    }
+    BT_LEAK_CHECK();
+}
+
 /* A value stored at every position and used by the stages (a GELU kept for backward and summed
  * for a bias): the warp-per-row entry stores it first and reads it back (plain ld.global, the
  * only loads not through the non-coherent path) instead of evaluating it per phase; a cheap
@@ -1929,11 +1964,29 @@ Test(ptx, gpu_rows_match_cpu)
  * back, so the rows are contiguous and the columns are not: the row entries); 4 and 5 a GELU
  * kept as an output and summed times x over axis 0 (the column entry, which stores it in its
  * stage's pass) or 1 (the warp-per-row entry for rows of a leaf or less, whose stage reads the
- * GELU back: early_stores). Returns the floats written to out. */
+ * GELU back: early_stores); 6 a GELU kept and summed over axis 0 alone and times x (two
+ * stages in one pass of the column entry, LayerNorm's weight and bias gradients); 7 x over
+ * the sum plus the maximum of its column (two stages in one pass, element stores after them).
+ * Returns the floats written to out. */
 static int64_t col_op(burnc_device_t *dev, const float *data, int64_t n, int64_t m, int op, float *out)
 {
     burnc_scope_begin();
     burnc_tensor_t *x = bt_f32(dev, 2, (int64_t[]){n, m}, data), *y;
+    if (op == 6) {
+        burnc_tensor_t *g = burnc_gelu(burnc_mul(x, bt_f32(dev, 2, (int64_t[]){n, m}, data + n * m)));
+        burnc_tensor_t *s1 = burnc_sum(g, 1, (int[]){0}, false), *s2 = burnc_sum(burnc_mul(g, x), 1, (int[]){0}, false);
+        bt_read_f32(BT_NOT_NULL(s1), out, m);
+        bt_read_f32(BT_NOT_NULL(s2), out + m, m);
+        bt_read_f32(BT_NOT_NULL(g), out + 2 * m, n * m);
+        burnc_scope_end();
+        return 2 * m + n * m;
+    }
+    if (op == 7) {
+        burnc_tensor_t *d = burnc_add(burnc_sum(x, 1, (int[]){0}, true), burnc_max(x, 1, (int[]){0}, true));
+        bt_read_f32(BT_NOT_NULL(burnc_div(x, d)), out, n * m);
+        burnc_scope_end();
+        return n * m;
+    }
     if (op >= 4) {
         burnc_tensor_t *g = burnc_gelu(burnc_mul(x, bt_f32(dev, 2, (int64_t[]){n, m}, data + n * m)));
         y = burnc_sum(burnc_mul(g, x), 1, (int[]){op == 4 ? 0 : 1}, false);
@@ -1972,12 +2025,12 @@ Test(ptx, gpu_columns_match_cpu)
      * columns (multi-pass), one column */
     static const int64_t shapes[][2] = {{4096, 1024}, {33, 7}, {9000, 13}, {5000, 100}, {40000, 3}, {4097, 1}};
     for (size_t s = 0; s < COUNT(shapes); s++)
-        for (int op = 0; op < 6; op++) {
+        for (int op = 0; op < 8; op++) {
             int64_t n = shapes[s][0], m = shapes[s][1], total = 2 * n * m;
             float *data = malloc((size_t)total * sizeof *data), *a = malloc((size_t)(n * m + n + m) * sizeof *a),
                   *b = malloc((size_t)(n * m + n + m) * sizeof *b);
             cr_assert(data && a && b);
-            uint64_t st = 0x9e3779b97f4a7c15u * (s * 5 + (size_t)op + 1);
+            uint64_t st = 0x9e3779b97f4a7c15u * (s * 8 + (size_t)op + 1);
             for (int64_t i = 0; i < total; i++) {
                 st ^= st << 13, st ^= st >> 7, st ^= st << 17;
                 data[i] = (float)((double)(st >> 11) * 0x1p-53 * 16 - 8);
