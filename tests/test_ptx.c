@@ -1785,6 +1785,7 @@ Test(ptx, columns_one_pass)
         cg_ptx_options o8 = {.sm = 90, .rows_per_block = 8}, o32 = {.sm = 90, .rows_per_block = 32};
         cr_assert_eq(cg_ptx_cols_threads(&k, &o8), dep == 2 ? 4 * 8 * KIR_LANES : 8 * KIR_LANES);
         free(gen_ptx(&k, &o8));
+        snprintf(k.name, sizeof k.name, "passes_%d_c32", dep);
         free(gen_ptx(&k, &o32));
         kir_free(&k);
     }
