@@ -1677,15 +1677,17 @@ static int ilog2(int v)
 enum { CSTACK_DEPTH = 64 - LEAF_SHIFT };
 
 /* With C = 2^cols_shift rows per block, block c takes rows c C + i (ptx.h): thread t works at
- * lane t >> cols_shift of row t % C. Per stage and leaf, each thread combines its lane's
- * positions (lane_acc), the lanes' records meet in shared memory, warp w (there are C) does
- * row w's lane tree and stacks the leaf; after the last leaf it folds the stack
- * (stage_by_leaves' order), and every thread reads its row's result back. A block of P > 1
+ * lane t >> cols_shift of row t % C. Per pass (cg_ptx_cols_pass: stages whose values use no
+ * result of one another, each with its own stack) and leaf, each thread combines its lane's
+ * positions (lane_acc, one evaluation a position for the pass's stages), the lanes' records
+ * meet in shared memory stage by stage, warp w (there are C) does row w's lane tree and stacks
+ * the leaf; after the last leaf it folds each stack (stage_by_leaves' order), and every thread
+ * reads its row's results back. A block of P > 1
  * such groups (element stores: cg_ptx_cols_threads) sums P leaves of each row at a time, its
  * warps do their P C lane trees side by side, and row w's warp stacks the P results in leaf
  * order: the same leaves, trees and stack as one group, with P times the loads in flight and a
- * third of the barriers a leaf. Element stores that do not use the last stage's result
- * (cg_ptx_cols_pass_stores) go in that stage's pass, each where its lane has just evaluated
+ * third of the barriers a leaf. Element stores that use no result of the last pass
+ * (cg_ptx_cols_pass_stores) go in that pass, each where its lane has just evaluated
  * the position, with P = 1: a GELU's backward stored for the next layer and summed for the
  * bias over 4096 x 1024 took 222 us on the H200 with them spread over 4 times the threads
  * (stored first, read back: 64 registers a thread, spilling), against 49 us for the same
