@@ -1682,13 +1682,12 @@ enum { CSTACK_DEPTH = 64 - LEAF_SHIFT };
  * positions (lane_acc, one evaluation a position for the pass's stages), the lanes' records
  * meet in shared memory stage by stage, warp w (there are C) does row w's lane tree and stacks
  * the leaf; after the last leaf it folds each stack (stage_by_leaves' order), and every thread
- * reads its row's results back. A block of P > 1
- * such groups (element stores: cg_ptx_cols_threads) sums P leaves of each row at a time, its
- * warps do their P C lane trees side by side, and row w's warp stacks the P results in leaf
- * order: the same leaves, trees and stack as one group, with P times the loads in flight and a
- * third of the barriers a leaf. Element stores that use no result of the last pass
- * (cg_ptx_cols_pass_stores) go in that pass, each where its lane has just evaluated
- * the position, with P = 1: a GELU's backward stored for the next layer and summed for the
+ * reads its row's results back. A block of P > 1 such groups (element stores:
+ * cg_ptx_cols_threads) sums P leaves of each row at a time, its warps do their P C lane trees
+ * side by side, and row w's warp stacks the P results in leaf order: the same leaves, trees and
+ * stack as one group, with P times the loads in flight and a third of the barriers a leaf.
+ * Element stores that use no result of the last pass (cg_ptx_cols_pass_stores) go in that pass,
+ * each where its lane has just evaluated the position, with P = 1: a GELU's backward stored for the next layer and summed for the
  * bias over 4096 x 1024 took 222 us on the H200 with them spread over 4 times the threads
  * (stored first, read back: 64 registers a thread, spilling), against 49 us for the same
  * kernel without the stores. Other element stores take every thread of the block after the
@@ -1719,7 +1718,8 @@ static bool emit_cols(gen *g)
     LLVMValueRef tree = LLVMBuildAdd(b, LLVMBuildShl(b, grp, ki64(g, g->cols_shift), ""), col, "");
     LLVMValueRef mine = LLVMBuildAdd(b, LLVMBuildShl(b, tree, ki64(g, 5), ""), lane_k, ""),
                  theirs = LLVMBuildAdd(b, LLVMBuildShl(b, warp, ki64(g, 5), ""), e.lane, "");
-    /* the stack of row w's q-th stage of a pass: record (q C + w) 2 CSTACK_DEPTH */
+    /* the stack of row w's q-th stage of a pass (cg_ptx_cols_pass_max: at most 2): record
+     * (q C + w) 2 CSTACK_DEPTH */
     LLVMValueRef stacks[2];
     for (int q = 0; q < cg_ptx_cols_pass_max(1 << g->cols_shift); q++) {
         LLVMValueRef ix = LLVMBuildMul(b, LLVMBuildAdd(b, warp, ki64(g, (int64_t)q << g->cols_shift), ""),
@@ -1992,7 +1992,7 @@ static bool build_module(gen *g)
             annotate(g, LLVMGetNamedFunction(g->e.mod, CG_PTX_ENTRY_ROWS_SMEM), "maxnreg", 40);
     }
     if (cg_ptx_has_cols(g->e.k)) {
-        /* 42.5 KB at 32 rows a block, under the 48 KB of static shared memory */
+        /* 43 KB at 16 or 32 rows a block, under the 48 KB of static shared memory */
         unsigned cols = 1u << g->cols_shift;
         g->sh_cols = shared_array(g, "burnc_sh_cols", 2 * (unsigned)g->cols_threads); /* a record a thread */
         unsigned per_pass = (unsigned)cg_ptx_cols_pass_max((int)cols); /* a stack a row and stage of a pass */
