@@ -786,7 +786,7 @@ static void check_epilogue_dt(epi_kind e, burnc_dtype_t dt, int64_t m, int64_t k
 {
     burnc_device_t *gpu = open_gpu(), *cpu = open_cpu();
     int builds0, fused0, builds1, fused1;
-    cuda_test_gemm_set_epilogues(gpu, true); /* whatever their cost */
+    cuda_test_gemm_set_epilogues(gpu, CUDA_EPI_ALWAYS); /* whatever their cost */
     cuda_test_gemm_counts(gpu, &builds0, &fused0);
     size_t nf, nu, nc;
     void *fused = epilogue_run(gpu, e, dt, m, k, n, &nf);
@@ -795,9 +795,9 @@ static void check_epilogue_dt(epi_kind e, burnc_dtype_t dt, int64_t m, int64_t k
         cr_assert(fused1 > fused0, "%s: the epilogue was not fused into the matmul", what);
     else
         cr_assert_eq(fused1, fused0, "%s: an epilogue that reads C elsewhere was fused", what);
-    cuda_test_gemm_set_epilogues(gpu, false);
+    cuda_test_gemm_set_epilogues(gpu, CUDA_EPI_NEVER);
     void *apart = epilogue_run(gpu, e, dt, m, k, n, &nu);
-    cuda_test_gemm_set_epilogues(gpu, true);
+    cuda_test_gemm_set_epilogues(gpu, CUDA_EPI_BY_COST); /* the default again */
     void *host = epilogue_run(cpu, e, dt, m, k, n, &nc);
     cr_assert(nf == nu && nf == nc);
     cr_assert(memcmp(fused, apart, nf) == 0, "%s: fused and unfused epilogues differ", what);

@@ -69,7 +69,7 @@ typedef struct held_mm {
  * f32 on the H200, with the matmul's vector stores, bias (1 instruction) 3.08 ms fused
  * against 3.03-3.06 apart, bias + relu 3.07 against 3.06, bias + gelu 3.18 against 3.09 and
  * bias + sigmoid 3.49 against 3.20 (apart: the matmul, then one fused element-wise kernel). */
-enum { EPI_BY_COST, EPI_NEVER, EPI_ALWAYS, EPI_MAX_COST = 8 };
+enum { EPI_MAX_COST = 8 };
 
 typedef struct cuda_gemm_state {
     mtx_t lock; /* recursive: a release may free pool buffers, which flushes again */
@@ -79,7 +79,7 @@ typedef struct cuda_gemm_state {
     bool held;
     held_mm h;
     int forced_tile; /* tests: 1 + the tile every launch uses */
-    int epilogues;    /* EPI_BY_COST, or for tests EPI_NEVER / EPI_ALWAYS (when they fit) */
+    int epilogues;    /* CUDA_EPI_BY_COST, or for tests CUDA_EPI_NEVER / CUDA_EPI_ALWAYS (when they fit) */
     bool no_mma;      /* tests: never offer problems to the tensor-core engine */
     int builds, fused;
 } cuda_gemm_state;
@@ -589,7 +589,7 @@ burnc_status_t cuda_gemm_kernel_launched(rt_device *dev, const kir_kernel *k, co
     cuda_mm_epilogue e;
     bool mma = g->held && !g->no_mma && cuda_mma_dtype_ok(dev, g->h.dt, atomic_load(&cuda_dev(dev)->tf32));
     int cost = g->held && epilogue ? epilogue_cost(k) : 0;
-    bool cheap = g->epilogues == EPI_ALWAYS || (g->epilogues == EPI_BY_COST && cost <= EPI_MAX_COST);
+    bool cheap = g->epilogues == CUDA_EPI_ALWAYS || (g->epilogues == CUDA_EPI_BY_COST && cost <= EPI_MAX_COST);
     if (g->held && epilogue && cheap && !mma && fits(&g->h, k, args, ins, outs, &e)) {
         g->held = false;
         s = run_held(dev, g, &g->h, &e);
@@ -599,10 +599,10 @@ burnc_status_t cuda_gemm_kernel_launched(rt_device *dev, const kir_kernel *k, co
             rt_log("fusion", "%s runs as the epilogue of the matmul before it, in its stores", k->name);
         }
     } else {
-        if (g->held && epilogue && !cheap && !mma && g->epilogues == EPI_BY_COST)
+        if (g->held && epilogue && !cheap && !mma && g->epilogues == CUDA_EPI_BY_COST)
             rt_log("fusion", "%s, the matmul's epilogue, runs apart: %d instructions an element cost more in the "
                    "matmul's stores than in a kernel of their own", k->name, cost);
-        else if (g->held && epilogue && g->epilogues != EPI_NEVER)
+        else if (g->held && epilogue && g->epilogues != CUDA_EPI_NEVER)
             rt_log("fusion", "%s, the matmul's epilogue, runs apart: %s", k->name,
                    mma ? "the matmul runs on tensor cores, which fuse no epilogue"
                        : "it does not read the product at the positions it writes, writes an operand, or is not "
@@ -703,10 +703,10 @@ bool cuda_test_gemm_force_tile(rt_device *dev, int t)
     return true;
 }
 
-void cuda_test_gemm_set_epilogues(rt_device *dev, bool on)
+void cuda_test_gemm_set_epilogues(rt_device *dev, int mode)
 {
     if (state(dev))
-        state(dev)->epilogues = on ? EPI_ALWAYS : EPI_NEVER;
+        state(dev)->epilogues = mode;
 }
 
 void cuda_test_gemm_set_mma(rt_device *dev, bool on)

@@ -56,9 +56,10 @@ int cuda_mm_timed_decide(cuda_mm_timing *t, const at_query *q, at_outcome *how);
 /* ---- Test hooks ---- */
 /* Every SIMT launch uses tile t (-1: autotune decides); false when t is not a tile. */
 bool cuda_test_gemm_force_tile(rt_device *dev, int t);
-/* Whether epilogues that fit are fused whatever their cost (on), or never (off); by default the
- * cheap ones are (gemm.c, EPI_MAX_COST). */
-void cuda_test_gemm_set_epilogues(rt_device *dev, bool on);
+/* Which epilogues that fit are fused: the cheap ones (the default; gemm.c, EPI_MAX_COST), none,
+ * or all whatever their cost. */
+enum { CUDA_EPI_BY_COST, CUDA_EPI_NEVER, CUDA_EPI_ALWAYS };
+void cuda_test_gemm_set_epilogues(rt_device *dev, int mode);
 /* Whether problems are offered to the tensor-core engine first (on by default; off: every
  * float matmul runs the SIMT fma chain). */
 void cuda_test_gemm_set_mma(rt_device *dev, bool on);
