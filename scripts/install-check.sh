@@ -66,7 +66,8 @@ for device in "" ref; do
         }
     }' || fail "expected $want"
 done
-# The program must have used the installed library.
-LD_LIBRARY_PATH=$libdir ldd ./app | grep -q "$dest" ||
-    fail "the example did not load the installed libburnc"
+# The program must have used the installed library. ldd's output is captured first: under
+# pipefail, `ldd | grep -q` fails whenever grep exits before ldd has written everything.
+linked=$(LD_LIBRARY_PATH=$libdir ldd ./app) || fail "ldd ./app"
+case "$linked" in *"$dest"*) ;; *) fail "the example did not load the installed libburnc: $linked" ;; esac
 echo "install-check: ok"
