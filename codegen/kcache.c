@@ -574,5 +574,20 @@ void kc_close(kc_cache *c)
     free(c);
 }
 
+kc_cache *kc_lazy_open(kc_lazy *l)
+{
+    if (!l->tried) {
+        l->tried = true;
+        l->cache = kc_open(NULL, NULL, 0);
+    }
+    return l->cache;
+}
+
+void kc_lazy_close(kc_lazy *l)
+{
+    kc_close(l->cache);
+    *l = (kc_lazy){0};
+}
+
 const char *kc_dir(const kc_cache *c) { return c ? c->dir : NULL; }
 bool kc_read_only(const kc_cache *c) { return !c || c->read_only; }

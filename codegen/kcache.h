@@ -42,6 +42,15 @@ typedef struct kc_options {
 kc_cache *kc_open(const kc_options *opt, char *why, size_t why_cap);
 void kc_close(kc_cache *c);
 
+/* The cache a backend opens on its first miss in memory, once: kc_open with the default
+ * options, NULL when refused (kc_open logs why). Not locked: the owner serializes the calls. */
+typedef struct kc_lazy {
+    kc_cache *cache;
+    bool tried;
+} kc_lazy;
+kc_cache *kc_lazy_open(kc_lazy *l);
+void kc_lazy_close(kc_lazy *l);
+
 /* The directory holding the entries, and whether kc_put is disabled. */
 const char *kc_dir(const kc_cache *c);
 bool kc_read_only(const kc_cache *c);

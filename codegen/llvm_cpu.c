@@ -2096,24 +2096,15 @@ static bool compile_cpu_with(const kir_kernel *k, const cg_cpu_options *opt, cg_
     LLVMTargetMachineRef tm = cg_host_tm(err, cap);
     if (!tm)
         return false;
-    gen g = {.e = {.k = k, .ctx = LLVMContextCreate()}};
-    g.e.mod = LLVMModuleCreateWithNameInContext(k->name[0] ? k->name : "burnc_kernel", g.e.ctx);
-    g.e.b = LLVMCreateBuilderInContext(g.e.ctx);
-    cg_emit_types(&g.e);
-    LLVMSetTarget(g.e.mod, host_triple);
-    LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
-    LLVMSetModuleDataLayout(g.e.mod, layout);
-    LLVMDisposeTargetData(layout);
+    gen g = {.e = {.k = k}};
+    cg_module_begin(&g.e, tm, host_triple, k->name[0] ? k->name : "burnc_kernel");
     g.elem_width = opt && opt->elem_width ? opt->elem_width : strstr(host_features, "+avx512f") ? 16 : 8;
     build_module(&g);
     tt.ir_ms = now_ms() - t0;
 
     LLVMMemoryBufferRef buf = NULL;
     bool ok = optimize_and_emit(&g, tm, &buf, &tt, err, cap);
-    LLVMDisposeBuilder(g.e.b);
-    LLVMDisposeModule(g.e.mod);
-    LLVMContextDispose(g.e.ctx);
-    LLVMDisposeTargetMachine(tm);
+    cg_module_end(&g.e, tm);
     if (!ok)
         return false;
 

@@ -3,6 +3,9 @@
 #include <math.h>
 #include <string.h>
 
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+
 #include "codegen/llvm_emit.h"
 #include "codegen/llvm_host.h"
 
@@ -18,6 +21,51 @@ void cg_emit_types(cg_emit *g)
     g->t_f32 = LLVMFloatTypeInContext(c);
     g->t_f64 = LLVMDoubleTypeInContext(c);
     g->t_ptr = LLVMPointerTypeInContext(c, 0);
+}
+
+void cg_module_begin(cg_emit *g, LLVMTargetMachineRef tm, const char *triple, const char *name)
+{
+    g->ctx = LLVMContextCreate();
+    g->mod = LLVMModuleCreateWithNameInContext(name, g->ctx);
+    g->b = LLVMCreateBuilderInContext(g->ctx);
+    cg_emit_types(g);
+    LLVMSetTarget(g->mod, triple);
+    LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
+    LLVMSetModuleDataLayout(g->mod, layout);
+    LLVMDisposeTargetData(layout);
+}
+
+void cg_module_end(cg_emit *g, LLVMTargetMachineRef tm)
+{
+    LLVMDisposeBuilder(g->b);
+    LLVMDisposeModule(g->mod);
+    LLVMContextDispose(g->ctx);
+    LLVMDisposeTargetMachine(tm);
+}
+
+bool cg_emit_module(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *passes, bool object, const char *what,
+                    char **out, size_t *size, char *err, size_t cap)
+{
+    char *msg = NULL;
+    bool ok = !LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg) ||
+              cg_failf(err, cap, "%s: invalid IR: %s", what, msg ? msg : "");
+    LLVMDisposeMessage(msg);
+    msg = NULL;
+    if (ok) {
+        LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
+        LLVMErrorRef e = LLVMRunPasses(mod, passes, tm, po);
+        LLVMDisposePassBuilderOptions(po);
+        if (e) {
+            char *m = LLVMGetErrorMessage(e);
+            ok = cg_failf(err, cap, "%s: %s: %s", what, passes, m);
+            LLVMDisposeErrorMessage(m);
+        }
+    }
+    LLVMMemoryBufferRef mb = NULL;
+    if (ok && LLVMTargetMachineEmitToMemoryBuffer(tm, mod, object ? LLVMObjectFile : LLVMAssemblyFile, &msg, &mb))
+        ok = cg_failf(err, cap, "%s: %s emission failed: %s", what, object ? "object" : "assembly", msg ? msg : "");
+    LLVMDisposeMessage(msg);
+    return ok && cg_buffer_text(mb, object, out, size, what, err, cap);
 }
 
 

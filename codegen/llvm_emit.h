@@ -8,6 +8,7 @@
 #define BURNC_LLVM_EMIT_H
 
 #include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -77,6 +78,11 @@ static inline LLVMValueRef kint(LLVMTypeRef e, uint64_t v, int w) { return kspla
 
 /* Fills g's types from g->ctx. */
 void cg_emit_types(cg_emit *g);
+/* A new context, module `name` (for tm's data layout and triple) and builder in g, and their
+ * types. */
+void cg_module_begin(cg_emit *g, LLVMTargetMachineRef tm, const char *triple, const char *name);
+/* Disposes what cg_module_begin made, and tm. */
+void cg_module_end(cg_emit *g, LLVMTargetMachineRef tm);
 /* kir_valid's rules that the generators rely on; false with a message that starts with what. */
 bool cg_check_kernel(const kir_kernel *k, const char *what, char *err, size_t cap);
 /* A value type's LLVM type; how a dtype is held in memory (f16/bf16 as i16, bool as i8). */

@@ -12,11 +12,9 @@
  * the rest), which keeps the loop's shape out of the optimizer's hands. The result is emitted
  * as a relocatable object that the runtime maps with cg_object_load, the same way as a kernel
  * from the disk cache: no JIT session is needed for it. */
-#include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
-#include <llvm-c/Transforms/PassBuilder.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,42 +196,13 @@ bool cg_llvm_compile_gemm(const cg_gemm_spec *s, void **obj, size_t *obj_size, c
     g.t_vec = s->lanes > 1 ? LLVMVectorType(g.t_el, (unsigned)s->lanes) : g.t_el;
     build(&g);
 
-    bool ok = true;
-    char *msg = NULL;
-    if (LLVMVerifyModule(g.mod, LLVMReturnStatusAction, &msg))
-        ok = cg_failf(err, cap, "compile_gemm: invalid IR: %s", msg ? msg : "");
-    LLVMDisposeMessage(msg);
-    LLVMMemoryBufferRef buf = NULL;
-    if (ok) {
-        /* O2: the code is already the loop it should be; the passes clean up addressing */
-        LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
-        LLVMErrorRef e = LLVMRunPasses(g.mod, "default<O2>", tm, opts);
-        LLVMDisposePassBuilderOptions(opts);
-        if (e) {
-            char *m = LLVMGetErrorMessage(e);
-            ok = cg_failf(err, cap, "compile_gemm: default<O2>: %s", m);
-            LLVMDisposeErrorMessage(m);
-        }
-    }
-    msg = NULL;
-    if (ok && LLVMTargetMachineEmitToMemoryBuffer(tm, g.mod, LLVMObjectFile, &msg, &buf)) {
-        ok = cg_failf(err, cap, "compile_gemm: code generation failed: %s", msg ? msg : "");
-        LLVMDisposeMessage(msg);
-    }
+    /* O2: the code is already the loop it should be; the passes clean up addressing */
+    char *text = NULL;
+    bool ok = cg_emit_module(g.mod, tm, "default<O2>", true, "compile_gemm", &text, obj_size, err, cap);
+    *obj = text;
     LLVMDisposeBuilder(g.b);
     LLVMDisposeModule(g.mod);
     LLVMContextDispose(g.ctx);
     LLVMDisposeTargetMachine(tm);
-    if (!ok)
-        return false;
-    size_t size = LLVMGetBufferSize(buf);
-    *obj = malloc(size ? size : 1);
-    if (!*obj) {
-        LLVMDisposeMemoryBuffer(buf);
-        return cg_failf(err, cap, "compile_gemm: no memory for a %zu-byte object", size);
-    }
-    memcpy(*obj, LLVMGetBufferStart(buf), size);
-    *obj_size = size;
-    LLVMDisposeMemoryBuffer(buf);
-    return true;
+    return ok;
 }

@@ -1,6 +1,6 @@
-/* What the two generators of the burnc-llvm module share (llvm_cpu.c defines it; llvm_gemm.c
- * uses it): errors into a caller's buffer and the host's target machine. Internal to the
- * module. */
+/* What the generators of the burnc-llvm module share: errors into a caller's buffer, the host's
+ * and the GPU's target machines (llvm_cpu.c and llvm_ptx.c define them), and the last steps of
+ * every compile (llvm_emit.c). Internal to the module. */
 #ifndef BURNC_LLVM_HOST_H
 #define BURNC_LLVM_HOST_H
 
@@ -20,5 +20,17 @@ bool cg_buffer_text(LLVMMemoryBufferRef mb, bool keep_nul, char **out, size_t *s
 LLVMTargetMachineRef cg_host_tm(char *err, size_t cap);
 /* The host's target triple, once cg_host_tm succeeded. */
 const char *cg_host_triple(void);
+
+#define CG_NVPTX_TRIPLE "nvptx64-nvidia-cuda"
+/* An NVPTX target machine for the newest target LLVM 19 knows at or below sm (a newer GPU JITs
+ * older PTX), or for sm_90a when arch_a, with the C API's default options: no contraction
+ * outside llvm.fma, IEEE division and square root, no .ftz. NULL with err ("<what>: ...") when
+ * this LLVM has no NVPTX target. The caller disposes it. */
+LLVMTargetMachineRef cg_nvptx_tm(int sm, bool arch_a, const char *what, char *err, size_t cap);
+/* Verifies mod, runs the pass pipeline `passes` ("default<O3>") and emits mod for tm into *out
+ * (as cg_buffer_text: an object when object, else assembly text). Messages start with what.
+ * The module is left to the caller. */
+bool cg_emit_module(LLVMModuleRef mod, LLVMTargetMachineRef tm, const char *passes, bool object, const char *what,
+                    char **out, size_t *size, char *err, size_t cap);
 
 #endif

@@ -16,13 +16,11 @@
  * output overwrites are loaded with !invariant.load, which NVPTX turns into ld.global.nc.
  * Loops over a row's positions issue the loads of several positions before using any
  * (positions()), and rows that fit go through shared memory, so a row is read once. */
-#include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/DebugInfo.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
-#include <llvm-c/Transforms/PassBuilder.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -2012,7 +2010,6 @@ static bool build_module(gen *g)
 static void gen_types(gen *g)
 {
     LLVMContextRef c = g->e.ctx;
-    cg_emit_types(&g->e);
     g->t_gptr = LLVMPointerTypeInContext(c, 1);
     g->md_invariant = LLVMGetMDKindIDInContext(c, "invariant.load", 14);
 }
@@ -2037,21 +2034,19 @@ static int llvm_sm(int sm)
     return 0;
 }
 
-static LLVMTargetMachineRef ptx_tm(int sm, char *err, size_t cap)
+LLVMTargetMachineRef cg_nvptx_tm(int sm, bool arch_a, const char *what, char *err, size_t cap)
 {
     pthread_once(&nvptx_once, nvptx_init);
     LLVMTargetRef target;
     char *msg = NULL;
-    if (LLVMGetTargetFromTriple("nvptx64-nvidia-cuda", &target, &msg)) {
-        cg_failf(err, cap, "compile_ptx: no NVPTX target in this LLVM: %s", msg ? msg : "");
+    if (LLVMGetTargetFromTriple(CG_NVPTX_TRIPLE, &target, &msg)) {
+        cg_failf(err, cap, "%s: no NVPTX target in this LLVM: %s", what, msg ? msg : "");
         LLVMDisposeMessage(msg);
         return NULL;
     }
     char cpu[16];
-    snprintf(cpu, sizeof cpu, "sm_%d", llvm_sm(sm));
-    /* the C API's default options: FP contraction off outside llvm.fma, IEEE division and
-     * square root, denormals kept (no .ftz) */
-    return LLVMCreateTargetMachine(target, "nvptx64-nvidia-cuda", cpu, "+ptx85", LLVMCodeGenLevelAggressive,
+    snprintf(cpu, sizeof cpu, "sm_%d%s", arch_a ? 90 : llvm_sm(sm), arch_a ? "a" : "");
+    return LLVMCreateTargetMachine(target, CG_NVPTX_TRIPLE, cpu, "+ptx85", LLVMCodeGenLevelAggressive,
                                    LLVMRelocDefault, LLVMCodeModelDefault);
 }
 
@@ -2119,48 +2114,18 @@ bool cg_llvm_compile_ptx(const kir_kernel *k, const cg_ptx_options *opt, const c
     gen g = {.e = {.k = k}, .fast_slot = -1, .luts = luts};
     if (!ptx_options(k, opt, &g, err, cap) || !luts_ok(k, luts, err, cap))
         return false;
-    LLVMTargetMachineRef tm = ptx_tm(opt->sm, err, cap);
+    LLVMTargetMachineRef tm = cg_nvptx_tm(opt->sm, false, "compile_ptx", err, cap);
     if (!tm)
         return false;
-    g.e.ctx = LLVMContextCreate();
-    g.e.mod = LLVMModuleCreateWithNameInContext(k->name[0] ? k->name : "burnc_kernel", g.e.ctx);
-    g.e.b = LLVMCreateBuilderInContext(g.e.ctx);
+    cg_module_begin(&g.e, tm, CG_NVPTX_TRIPLE, k->name[0] ? k->name : "burnc_kernel");
     gen_types(&g);
-    LLVMSetTarget(g.e.mod, "nvptx64-nvidia-cuda");
-    LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
-    LLVMSetModuleDataLayout(g.e.mod, layout);
-    LLVMDisposeTargetData(layout);
     bool ok = build_module(&g);
     free(g.readback);
+    char what[sizeof k->name + 16];
+    snprintf(what, sizeof what, "compile_ptx %s", k->name);
     if (!ok)
-        cg_failf(err, cap, "compile_ptx %s: out of memory while building the IR", k->name);
-    char *msg = NULL;
-    if (ok && LLVMVerifyModule(g.e.mod, LLVMReturnStatusAction, &msg)) {
-        ok = cg_failf(err, cap, "compile_ptx %s: invalid IR: %s", k->name, msg ? msg : "");
-    }
-    LLVMDisposeMessage(msg);
-    msg = NULL;
-    if (ok) {
-        LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
-        LLVMErrorRef e = LLVMRunPasses(g.e.mod, "default<O3>", tm, po);
-        LLVMDisposePassBuilderOptions(po);
-        if (e) {
-            char *m = LLVMGetErrorMessage(e);
-            ok = cg_failf(err, cap, "compile_ptx %s: default<O3>: %s", k->name, m);
-            LLVMDisposeErrorMessage(m);
-        }
-    }
-    LLVMMemoryBufferRef buf = NULL;
-    if (ok && LLVMTargetMachineEmitToMemoryBuffer(tm, g.e.mod, LLVMAssemblyFile, &msg, &buf)) {
-        ok = cg_failf(err, cap, "compile_ptx %s: PTX emission failed: %s", k->name, msg ? msg : "");
-        buf = NULL;
-    }
-    LLVMDisposeMessage(msg);
-    LLVMDisposeBuilder(g.e.b);
-    LLVMDisposeModule(g.e.mod);
-    LLVMContextDispose(g.e.ctx);
-    LLVMDisposeTargetMachine(tm);
-    if (!ok)
-        return false;
-    return cg_buffer_text(buf, false, ptx, ptx_size, "compile_ptx", err, cap);
+        cg_failf(err, cap, "%s: out of memory while building the IR", what);
+    ok = ok && cg_emit_module(g.e.mod, tm, "default<O3>", false, what, ptx, ptx_size, err, cap);
+    cg_module_end(&g.e, tm);
+    return ok;
 }

@@ -13,13 +13,10 @@
  * accumulators, and the target machine keeps the C API's defaults (no contraction, no .ftz),
  * so the chain is the cpu device's. f16/bf16 are widened exactly on their way to shared
  * memory and rounded once at the store (llvm_emit.c's conversions). */
-#include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/DebugInfo.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
-#include <llvm-c/Transforms/PassBuilder.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -717,24 +714,6 @@ static bool build(gg *g)
 
 /* ---- The module --------------------------------------------------------------------------------- */
 
-static pthread_once_t nvptx_once = PTHREAD_ONCE_INIT;
-static void nvptx_init(void)
-{
-    LLVMInitializeNVPTXTargetInfo();
-    LLVMInitializeNVPTXTarget();
-    LLVMInitializeNVPTXTargetMC();
-    LLVMInitializeNVPTXAsmPrinter();
-}
-
-static int known_sm(int sm)
-{
-    static const int known[] = {90, 89, 87, 86, 80, 75, 72, 70};
-    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
-        if (sm >= known[i])
-            return known[i];
-    return 0;
-}
-
 /* nvvm.annotations: the block size, so ptxas budgets registers for it (and for two blocks per
  * SM at 256 threads or fewer: the 128 registers an 8x8 tile needs). */
 static void annotate(gg *g)
@@ -779,40 +758,15 @@ bool cg_llvm_compile_ptx_gemm(const cg_ptx_gemm_spec *s, char **ptx, size_t *ptx
         if (CG_GEMM_W_EPI + g.lay.n_words + CG_GEMM_HOST_WORDS > CG_PTX_MAX_PARAM_WORDS)
             return cg_failf(err, cap, "compile_ptx_gemm: the epilogue needs too many parameter words");
     }
-    LLVMTargetMachineRef tm = NULL;
-    char *msg = NULL;
-    const char *triple = "nvptx64-nvidia-cuda";
-    if (s->host) {
-        if (!(tm = cg_host_tm(err, cap)))
-            return false;
-        triple = cg_host_triple();
-    } else {
-        pthread_once(&nvptx_once, nvptx_init);
-        LLVMTargetRef target;
-        if (LLVMGetTargetFromTriple(triple, &target, &msg)) {
-            cg_failf(err, cap, "compile_ptx_gemm: no NVPTX target in this LLVM: %s", msg ? msg : "");
-            LLVMDisposeMessage(msg);
-            return false;
-        }
-        char cpu[16];
-        snprintf(cpu, sizeof cpu, "sm_%d", known_sm(s->sm));
-        /* the C API's default options: no contraction outside llvm.fma, no .ftz */
-        tm = LLVMCreateTargetMachine(target, triple, cpu, "+ptx85", LLVMCodeGenLevelAggressive, LLVMRelocDefault,
-                                     LLVMCodeModelDefault);
-    }
-    g.e.ctx = LLVMContextCreate();
-    g.e.mod = LLVMModuleCreateWithNameInContext("burnc_gemm", g.e.ctx);
-    g.e.b = LLVMCreateBuilderInContext(g.e.ctx);
-    cg_emit_types(&g.e);
+    LLVMTargetMachineRef tm = s->host ? cg_host_tm(err, cap) : cg_nvptx_tm(s->sm, false, "compile_ptx_gemm", err, cap);
+    if (!tm)
+        return false;
+    cg_module_begin(&g.e, tm, s->host ? cg_host_triple() : CG_NVPTX_TRIPLE, "burnc_gemm");
     g.t_gptr = LLVMPointerTypeInContext(g.e.ctx, s->host ? 0 : 1);
     g.t_sptr = LLVMPointerTypeInContext(g.e.ctx, s->host ? 0 : 3);
     g.ct = s->dt == BURNC_DTYPE_F64 ? g.e.t_f64 : g.e.t_f32;
     g.mt = cg_mem_ty(&g.e, s->dt);
     g.md_inv = LLVMGetMDKindIDInContext(g.e.ctx, "invariant.load", 14);
-    LLVMSetTarget(g.e.mod, triple);
-    LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
-    LLVMSetModuleDataLayout(g.e.mod, layout);
-    LLVMDisposeTargetData(layout);
     if (!s->host) {
         LLVMTypeRef sh_t = LLVMArrayType2(g.e.t_i8, 0);
         g.smem = LLVMAddGlobalInAddressSpace(g.e.mod, sh_t, "burnc_gemm_smem", 3);
@@ -824,31 +778,7 @@ bool cg_llvm_compile_ptx_gemm(const cg_ptx_gemm_spec *s, char **ptx, size_t *ptx
         cg_failf(err, cap, "compile_ptx_gemm: out of memory while building the IR");
     else if (!s->host)
         annotate(&g);
-    if (ok && LLVMVerifyModule(g.e.mod, LLVMReturnStatusAction, &msg))
-        ok = cg_failf(err, cap, "compile_ptx_gemm: invalid IR: %s", msg ? msg : "");
-    LLVMDisposeMessage(msg);
-    msg = NULL;
-    if (ok) {
-        LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
-        LLVMErrorRef e = LLVMRunPasses(g.e.mod, "default<O3>", tm, po);
-        LLVMDisposePassBuilderOptions(po);
-        if (e) {
-            char *m = LLVMGetErrorMessage(e);
-            ok = cg_failf(err, cap, "compile_ptx_gemm: default<O3>: %s", m);
-            LLVMDisposeErrorMessage(m);
-        }
-    }
-    LLVMMemoryBufferRef mb = NULL;
-    if (ok && LLVMTargetMachineEmitToMemoryBuffer(tm, g.e.mod, s->host ? LLVMObjectFile : LLVMAssemblyFile, &msg, &mb)) {
-        ok = cg_failf(err, cap, "compile_ptx_gemm: PTX emission failed: %s", msg ? msg : "");
-        mb = NULL;
-    }
-    LLVMDisposeMessage(msg);
-    LLVMDisposeBuilder(g.e.b);
-    LLVMDisposeModule(g.e.mod);
-    LLVMContextDispose(g.e.ctx);
-    LLVMDisposeTargetMachine(tm);
-    if (!ok)
-        return false;
-    return cg_buffer_text(mb, s->host, ptx, ptx_size, "compile_ptx_gemm", err, cap);
+    ok = ok && cg_emit_module(g.e.mod, tm, "default<O3>", s->host, "compile_ptx_gemm", ptx, ptx_size, err, cap);
+    cg_module_end(&g.e, tm);
+    return ok;
 }

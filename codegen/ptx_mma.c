@@ -6,12 +6,9 @@
  * here in C, so the IR holds two run-time loops over K tiles (the K tiles whose copies lie
  * wholly inside K, then the rest); the accumulators (and the fragments carried from one K tile
  * to the next) live in allocas indexed by constants, which SROA turns into registers. */
-#include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
-#include <llvm-c/Transforms/PassBuilder.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1020,15 +1017,6 @@ static void build_transpose(mg *g)
 
 /* ---- PTX ------------------------------------------------------------------------------------ */
 
-static pthread_once_t nvptx_once = PTHREAD_ONCE_INIT;
-static void nvptx_init(void)
-{
-    LLVMInitializeNVPTXTargetInfo();
-    LLVMInitializeNVPTXTarget();
-    LLVMInitializeNVPTXTargetMC();
-    LLVMInitializeNVPTXAsmPrinter();
-}
-
 bool cg_llvm_compile_mma_ptx(const cg_mma_spec *s, char **ptx, size_t *ptx_size, char *err, size_t cap);
 bool cg_llvm_compile_mma_ptx(const cg_mma_spec *s, char **ptx, size_t *ptx_size, char *err, size_t cap)
 {
@@ -1037,65 +1025,24 @@ bool cg_llvm_compile_mma_ptx(const cg_mma_spec *s, char **ptx, size_t *ptx_size,
     *ptx_size = 0;
     if (!cg_mma_spec_valid(s, why, sizeof why)) /* an mma below sm_80 would abort LLVM */
         return cg_failf(err, cap, "compile_mma_ptx: %s", why);
-    pthread_once(&nvptx_once, nvptx_init);
-    LLVMTargetRef target;
-    char *msg = NULL;
-    if (LLVMGetTargetFromTriple("nvptx64-nvidia-cuda", &target, &msg)) {
-        cg_failf(err, cap, "compile_mma_ptx: no NVPTX target in this LLVM: %s", msg ? msg : "");
-        LLVMDisposeMessage(msg);
+    /* wgmma needs sm_90a */
+    LLVMTargetMachineRef tm = cg_nvptx_tm(s->sm, s->wg, "compile_mma_ptx", err, cap);
+    if (!tm)
         return false;
-    }
-    /* the newest target LLVM 19 knows at or below s->sm; newer GPUs JIT it */
-    const char *cpu = s->wg ? "sm_90a" : s->sm >= 90 ? "sm_90" : s->sm >= 89 ? "sm_89" : s->sm >= 86 ? "sm_86" : "sm_80";
-    LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, "nvptx64-nvidia-cuda", cpu, "+ptx85",
-                                                      LLVMCodeGenLevelAggressive, LLVMRelocDefault,
-                                                      LLVMCodeModelDefault);
     mg g = {.s = s, .esz = cg_mma_elem_bytes(s), .kstep = s->type == CG_MMA_TF32 ? 8 : 16,
             .mi = s->bm / s->wm / 16, .ni = s->bn / s->wn / 8, .threads = cg_mma_threads(s)};
     g.n_acc = s->wg ? s->bm / (s->wm / 4) / 64 * (s->bn / 2) : g.mi * g.ni * 4;
-    g.e.ctx = LLVMContextCreate();
-    g.e.mod = LLVMModuleCreateWithNameInContext("burnc_mma", g.e.ctx);
-    g.e.b = LLVMCreateBuilderInContext(g.e.ctx);
-    cg_emit_types(&g.e);
+    cg_module_begin(&g.e, tm, CG_NVPTX_TRIPLE, "burnc_mma");
     g.t_gptr = LLVMPointerTypeInContext(g.e.ctx, 1);
     g.t_sptr = LLVMPointerTypeInContext(g.e.ctx, 3);
     g.t_h2 = LLVMVectorType(LLVMHalfTypeInContext(g.e.ctx), 2);
-    LLVMSetTarget(g.e.mod, "nvptx64-nvidia-cuda");
-    LLVMTargetDataRef layout = LLVMCreateTargetDataLayout(tm);
-    LLVMSetModuleDataLayout(g.e.mod, layout);
-    LLVMDisposeTargetData(layout);
     if (s->wg)
         build_wg(&g);
     else
         build(&g);
     if (s->wg && s->type == CG_MMA_TF32)
         build_transpose(&g);
-    bool ok = true;
-    if (LLVMVerifyModule(g.e.mod, LLVMReturnStatusAction, &msg))
-        ok = cg_failf(err, cap, "compile_mma_ptx: invalid IR: %s", msg ? msg : "");
-    LLVMDisposeMessage(msg);
-    msg = NULL;
-    if (ok) {
-        LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
-        LLVMErrorRef e = LLVMRunPasses(g.e.mod, "default<O3>", tm, po);
-        LLVMDisposePassBuilderOptions(po);
-        if (e) {
-            char *m = LLVMGetErrorMessage(e);
-            ok = cg_failf(err, cap, "compile_mma_ptx: default<O3>: %s", m);
-            LLVMDisposeErrorMessage(m);
-        }
-    }
-    LLVMMemoryBufferRef buf = NULL;
-    if (ok && LLVMTargetMachineEmitToMemoryBuffer(tm, g.e.mod, LLVMAssemblyFile, &msg, &buf)) {
-        ok = cg_failf(err, cap, "compile_mma_ptx: PTX emission failed: %s", msg ? msg : "");
-        buf = NULL;
-    }
-    LLVMDisposeMessage(msg);
-    LLVMDisposeBuilder(g.e.b);
-    LLVMDisposeModule(g.e.mod);
-    LLVMContextDispose(g.e.ctx);
-    LLVMDisposeTargetMachine(tm);
-    if (!ok)
-        return false;
-    return cg_buffer_text(buf, false, ptx, ptx_size, "compile_mma_ptx", err, cap);
+    bool ok = cg_emit_module(g.e.mod, tm, "default<O3>", false, "compile_mma_ptx", ptx, ptx_size, err, cap);
+    cg_module_end(&g.e, tm);
+    return ok;
 }

@@ -11,6 +11,23 @@
 typedef struct burnc_device rt_device;
 typedef struct rt_kernel rt_kernel; /* backend-defined: a compiled group, launched many times */
 
+/* A backend's compiled kernels by structure key (kir_hash): chains in a power-of-two array that
+ * doubles as it fills. A backend's struct rt_kernel begins with an rt_ktable_node, so the table
+ * knows nothing else of it. Not locked: the backend holds its own lock around every call. */
+typedef struct rt_ktable_node {
+    uint64_t key;
+    struct rt_ktable_node *next;
+} rt_ktable_node;
+typedef struct rt_ktable {
+    int n, cap;
+    rt_ktable_node **slots;
+} rt_ktable;
+/* The chain key falls in (NULL when empty): the caller walks ->next and compares keys. */
+rt_ktable_node *rt_ktable_chain(const rt_ktable *t, uint64_t key);
+bool rt_ktable_insert(rt_ktable *t, rt_ktable_node *n); /* false: out of memory */
+/* Calls drop on every node, then frees the array: the table is empty again. */
+void rt_ktable_clear(rt_ktable *t, void (*drop)(rt_ktable_node *n, void *user), void *user);
+
 /* A device buffer. Backends allocate it (possibly embedded in a larger struct of their own)
  * and fill `size`; `host` is its address when the host can read and write it directly. */
 typedef struct rt_buffer {

@@ -26,6 +26,7 @@
 #include "codegen/cg.h"
 #include "codegen/kcache.h"
 #include "kernel.h"
+#include "rt.h"
 #include "tests/common.h"
 #include "tests/kir_build.h"
 
@@ -1817,6 +1818,77 @@ Test(kcache, directory_from_environment)
     kc_close(c);
     rm_tree(root);
     free(root);
+    BT_LEAK_CHECK();
+}
+
+/* A backend's disk cache opened on its first miss: once, and refused once when the directory is
+ * unsafe (no second attempt, no second warning). */
+Test(kcache, lazy_open_once)
+{
+    char *root = temp_dir();
+    setenv("BURNC_CACHE_DIR", root, 1);
+    kc_lazy l = {0};
+    kc_cache *c = kc_lazy_open(&l);
+    cr_assert(c && l.tried, "kc_lazy_open in %s gave no cache", root);
+    cr_assert_eq(kc_lazy_open(&l), c, "a second call opened another cache");
+    kc_lazy_close(&l);
+    cr_assert(!l.cache && !l.tried);
+    cr_assert_eq(chmod(root, 0777), 0); /* others may write: refused */
+    cr_assert_null(kc_lazy_open(&l));
+    cr_assert(l.tried);
+    cr_assert_eq(chmod(root, 0700), 0); /* safe again, but the refusal stands until closed */
+    cr_assert_null(kc_lazy_open(&l));
+    kc_lazy_close(&l);
+    cr_assert(kc_lazy_open(&l));
+    kc_lazy_close(&l);
+    rm_tree(root);
+    free(root);
+    BT_LEAK_CHECK();
+}
+
+typedef struct test_node {
+    rt_ktable_node node; /* first, as in the backends' kernels */
+    int id;
+} test_node;
+
+static void drop_node(rt_ktable_node *n, void *user)
+{
+    ++*(int *)user;
+    free(n);
+}
+
+/* The memory table: every node found through its key's chain across the doublings, equal keys
+ * kept apart, and every node dropped once by clear. */
+Test(kcache, memory_table_grows_and_clears)
+{
+    rt_ktable t = {0};
+    cr_assert_null(rt_ktable_chain(&t, 42), "an empty table has a chain");
+    enum { N = 300 };
+    for (int i = 0; i < N; i++) {
+        test_node *n = calloc(1, sizeof *n);
+        cr_assert(n);
+        n->id = i;
+        n->node.key = (uint64_t)(i % 150) * UINT64_C(0x9e3779b97f4a7c15); /* each key twice */
+        cr_assert(rt_ktable_insert(&t, &n->node));
+    }
+    cr_assert_eq(t.n, N);
+    cr_assert(t.cap >= N && (t.cap & (t.cap - 1)) == 0, "capacity %d", t.cap);
+    for (int k = 0; k < 150; k++) {
+        uint64_t key = (uint64_t)k * UINT64_C(0x9e3779b97f4a7c15);
+        int found = 0, ids = 0;
+        for (rt_ktable_node *n = rt_ktable_chain(&t, key); n; n = n->next)
+            if (n->key == key) {
+                found++;
+                ids += ((test_node *)n)->id;
+            }
+        cr_assert_eq(found, 2, "key %d: %d nodes", k, found);
+        cr_assert_eq(ids, 2 * k + 150, "key %d: the wrong nodes", k);
+    }
+    int dropped = 0;
+    rt_ktable_clear(&t, drop_node, &dropped);
+    cr_assert_eq(dropped, N);
+    cr_assert(t.n == 0 && t.cap == 0 && !t.slots);
+    cr_assert_null(rt_ktable_chain(&t, 0));
     BT_LEAK_CHECK();
 }
 

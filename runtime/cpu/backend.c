@@ -242,9 +242,9 @@ static burnc_status_t cpu_launch_kernel(rt_device *dev, rt_kernel *k, const kir_
     if (k->kind != CPU_KERNEL_COMPILED)
         return rt_fail(BURNC_ERR_INTERNAL, "cpu: launch_kernel of a record kernel");
     cpu_params p;
-    RT_TRY(cpu_tune_choose(dev, &k->ir, k->key, args, true, &p, NULL));
+    RT_TRY(cpu_tune_choose(dev, &k->ir, k->node.key, args, true, &p, NULL));
     if (p.width != (k->width ? k->width : cpu_default_width()))
-        RT_TRY(cpu_kernel_get(&cpu_dev(dev)->kernels, &k->ir, k->key, p.width, &k));
+        RT_TRY(cpu_kernel_get(&cpu_dev(dev)->kernels, &k->ir, k->node.key, p.width, &k));
     kir_args a = *args;
     a.stream = cpu_stream_bits(&k->ir, p.stream);
     return cpu_queue_kernel(cpu_dev(dev)->queue, k, &a, &p, ins, outs, epilogue);

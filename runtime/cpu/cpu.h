@@ -8,6 +8,7 @@
 #define BURNC_CPU_H
 
 #include "codegen/cg.h"
+#include "codegen/kcache.h"
 #include "llvm_module.h"
 #include "rt.h"
 
@@ -46,23 +47,20 @@ int cpu_thread_count_default(void);
 typedef enum cpu_kernel_kind { CPU_KERNEL_RECORD, CPU_KERNEL_COMPILED } cpu_kernel_kind;
 
 struct rt_kernel {
+    rt_ktable_node node; /* first: the memory cache's chain; its key is the kir_hash */
     cpu_kernel_kind kind;
     /* CPU_KERNEL_COMPILED: */
-    uint64_t key;        /* kir_hash */
     int width;           /* cg_cpu_options.elem_width it was compiled with (0: the default) */
     kir_kernel ir;       /* a copy: equality on lookup, and what the schedule needs */
     cg_cpu_kernel fn;
     bool from_object;    /* loaded by cg_object_load (else compiled by the LLVM module) */
     uint32_t out_deps[KIR_MAX_OUTPUTS]; /* input slots each output reads (rt_kir_output_deps) */
-    struct rt_kernel *next; /* hash chain of the memory cache */
 };
 
 typedef struct cpu_kernel_cache {
     mtx_t lock;
-    int n, cap;
-    rt_kernel **slots; /* cap chains (a power of two) by key */
-    struct kc_cache *disk; /* opened on the first memory miss; NULL when refused */
-    bool disk_tried;
+    rt_ktable table;
+    kc_lazy disk; /* opened on the first memory miss */
 } cpu_kernel_cache;
 
 void cpu_kernel_cache_init(cpu_kernel_cache *c);

@@ -38,16 +38,16 @@ static void kernel_free(rt_kernel *k)
     free(k);
 }
 
+static void drop(rt_ktable_node *n, void *user)
+{
+    (void)user;
+    kernel_free((rt_kernel *)n);
+}
+
 void cpu_kernel_cache_free(cpu_kernel_cache *c)
 {
-    if (c->disk)
-        kc_close(c->disk);
-    for (int i = 0; i < c->cap; i++)
-        for (rt_kernel *k = c->slots[i], *next; k; k = next) {
-            next = k->next;
-            kernel_free(k);
-        }
-    free(c->slots);
+    kc_lazy_close(&c->disk);
+    rt_ktable_clear(&c->table, drop, NULL);
     mtx_destroy(&c->lock);
 }
 
@@ -92,36 +92,12 @@ static bool same_kernel(const kir_kernel *a, const kir_kernel *b)
 
 static rt_kernel *lookup(cpu_kernel_cache *c, const kir_kernel *k, uint64_t key, int width)
 {
-    if (!c->cap)
-        return NULL;
-    for (rt_kernel *e = c->slots[key & (uint64_t)(c->cap - 1)]; e; e = e->next)
-        if (e->key == key && e->width == width && same_kernel(&e->ir, k))
+    for (rt_ktable_node *n = rt_ktable_chain(&c->table, key); n; n = n->next) {
+        rt_kernel *e = (rt_kernel *)n;
+        if (n->key == key && e->width == width && same_kernel(&e->ir, k))
             return e;
-    return NULL;
-}
-
-static bool insert(cpu_kernel_cache *c, rt_kernel *k)
-{
-    if (c->n >= c->cap) {
-        int cap = c->cap ? 2 * c->cap : 64;
-        rt_kernel **slots = calloc((size_t)cap, sizeof *slots);
-        if (!slots)
-            return false;
-        for (int i = 0; i < c->cap; i++)
-            for (rt_kernel *e = c->slots[i], *next; e; e = next) {
-                next = e->next;
-                e->next = slots[e->key & (uint64_t)(cap - 1)];
-                slots[e->key & (uint64_t)(cap - 1)] = e;
-            }
-        free(c->slots);
-        c->slots = slots;
-        c->cap = cap;
     }
-    rt_kernel **head = &c->slots[k->key & (uint64_t)(c->cap - 1)];
-    k->next = *head;
-    *head = k;
-    c->n++;
-    return true;
+    return NULL;
 }
 
 /* ---- Building one kernel ---- */
@@ -171,11 +147,7 @@ static void dump_kernel(const kir_kernel *k, uint64_t key)
 static kc_cache *disk_cache(cpu_kernel_cache *c)
 {
     mtx_lock(&c->lock);
-    if (!c->disk_tried) {
-        c->disk_tried = true;
-        c->disk = kc_open(NULL, NULL, 0);
-    }
-    kc_cache *d = c->disk;
+    kc_cache *d = kc_lazy_open(&c->disk);
     mtx_unlock(&c->lock);
     return d;
 }
@@ -224,7 +196,7 @@ static burnc_status_t build(cpu_kernel_cache *c, const kir_kernel *k, uint64_t k
         return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "cpu: out of memory for kernel %s", k->name);
     }
     nk->kind = CPU_KERNEL_COMPILED;
-    nk->key = key;
+    nk->node.key = key;
     nk->width = width;
     rt_kir_output_deps(k, nk->out_deps);
     dump_kernel(k, key);
@@ -246,7 +218,7 @@ static burnc_status_t build(cpu_kernel_cache *c, const kir_kernel *k, uint64_t k
                ms_since(&t0), stored ? ", stored on disk" : "");
     }
     mtx_lock(&c->lock);
-    bool ok = insert(c, nk);
+    bool ok = rt_ktable_insert(&c->table, &nk->node);
     mtx_unlock(&c->lock);
     if (!ok) {
         kernel_free(nk);

@@ -367,9 +367,9 @@ static burnc_status_t cuda_launch_kernel(rt_device *dev, rt_kernel *k, const kir
     if (fused)
         return BURNC_OK;
     cg_ptx_options opt;
-    RT_TRY(cuda_tune_choose(dev, &k->ir, k->key, args, true, &opt, NULL));
+    RT_TRY(cuda_tune_choose(dev, &k->ir, k->node.key, args, true, &opt, NULL));
     if (memcmp(&opt, &k->opt, sizeof opt) != 0)
-        RT_TRY(cuda_kernel_get(dev, &k->ir, k->key, &opt, &k));
+        RT_TRY(cuda_kernel_get(dev, &k->ir, k->node.key, &opt, &k));
     return cuda_kernel_run(dev, k, args, ins, outs);
 }
 

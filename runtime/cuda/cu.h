@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 
 #include "codegen/cg.h"
+#include "codegen/kcache.h"
 #include "codegen/ptx.h"
 #include "llvm_module.h"
 #include "rt.h"
@@ -173,10 +174,8 @@ static inline CUdeviceptr cuda_ptr(const rt_buffer *b) { return ((const cuda_buf
 
 typedef struct cuda_kernel_cache {
     mtx_t lock; /* the table and the disk cache's opening; compiles run outside it */
-    int n, cap;
-    rt_kernel **slots; /* cap chains (a power of two) by key */
-    struct kc_cache *disk; /* opened on the first memory miss; NULL when refused */
-    bool disk_tried;
+    rt_ktable table;
+    kc_lazy disk; /* opened on the first memory miss */
 } cuda_kernel_cache;
 
 enum { CUDA_GRAPH_BATCH = 64, CUDA_GRAPHS_KEPT = 16, CUDA_GRAPH_SEEN = 64 };
@@ -269,15 +268,14 @@ typedef struct cuda_entry {
 } cuda_entry;
 
 struct rt_kernel {
+    rt_ktable_node node;   /* first: the memory cache's chain; its key is the kir_hash */
     cuda_kernel_kind kind;
     /* CUDA_KERNEL_COMPILED: */
-    uint64_t key;          /* kir_hash */
     cg_ptx_options opt;    /* what it was generated with */
     kir_kernel ir;         /* a copy: equality on lookup, and what the planner needs */
     CUmodule module;
     int n_entries;
     cuda_entry entries[CG_PTX_MAX_LAUNCHES];
-    struct rt_kernel *next; /* hash chain of the memory cache */
 };
 
 void cuda_kernel_cache_init(rt_device *dev);

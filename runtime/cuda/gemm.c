@@ -74,8 +74,7 @@ enum { EPI_MAX_COST = 8 };
 typedef struct cuda_gemm_state {
     mtx_t lock; /* recursive: a release may free pool buffers, which flushes again */
     gemm_kernel *kernels;
-    kc_cache *disk;
-    bool disk_tried;
+    kc_lazy disk;
     bool held;
     held_mm h;
     int forced_tile; /* tests: 1 + the tile every launch uses */
@@ -117,8 +116,7 @@ void cuda_gemm_free(rt_device *dev)
         kir_free(&k->epi);
         free(k);
     }
-    if (g->disk)
-        kc_close(g->disk);
+    kc_lazy_close(&g->disk);
     mtx_destroy(&g->lock);
     free(g);
     cd->gemm = NULL;
@@ -165,22 +163,12 @@ static bool same_spec(const gemm_kernel *e, const cg_ptx_gemm_spec *s, uint64_t 
            (a->n_insts == 0 || memcmp(a->insts, b->insts, (size_t)a->n_insts * sizeof *a->insts) == 0);
 }
 
-static kc_cache *disk(cuda_gemm_state *g)
-{
-    if (!g->disk_tried) {
-        g->disk_tried = true;
-        g->disk = kc_open(NULL, NULL, 0);
-    }
-    return g->disk;
-}
-
-/* The PTX of s: the disk cache, else the LLVM module (stored). */
-static burnc_status_t ptx_of(rt_device *dev, cuda_gemm_state *g, const cg_ptx_gemm_spec *s, uint64_t ptx_key,
-                             char **ptx)
+/* The PTX of s: the disk cache (may be NULL), else the LLVM module (stored). */
+static burnc_status_t ptx_of(rt_device *dev, kc_cache *disk, const cg_ptx_gemm_spec *s, uint64_t ptx_key, char **ptx)
 {
     void *cached = NULL;
     size_t size = 0;
-    if (disk(g) && kc_get(g->disk, ptx_key, &cached, &size)) {
+    if (disk && kc_get(disk, ptx_key, &cached, &size)) {
         if (size > 0 && ((char *)cached)[size - 1] == '\0') {
             *ptx = cached;
             return BURNC_OK;
@@ -197,8 +185,8 @@ static burnc_status_t ptx_of(rt_device *dev, cuda_gemm_state *g, const cg_ptx_ge
     if (!api->compile_ptx_gemm || !api->compile_ptx_gemm(s, ptx, &size, err, sizeof err))
         return rt_fail(BURNC_ERR_COMPILE, "burnc_matmul: %s: generating the matmul kernel failed: %s", dev->spec,
                        api->compile_ptx_gemm ? err : "the module has no compile_ptx_gemm");
-    if (g->disk)
-        kc_put(g->disk, ptx_key, *ptx, strlen(*ptx) + 1);
+    if (disk)
+        kc_put(disk, ptx_key, *ptx, strlen(*ptx) + 1);
     return BURNC_OK;
 }
 
@@ -241,7 +229,8 @@ static burnc_status_t kernel_of(rt_device *dev, cuda_gemm_state *g, const cg_ptx
     void *image = NULL;
     size_t size = 0;
     const char *how = "cubin from the disk cache";
-    bool loaded = disk(g) && kc_get(g->disk, cubin_key, &image, &size) &&
+    kc_cache *disk = kc_lazy_open(&g->disk);
+    bool loaded = disk && kc_get(disk, cubin_key, &image, &size) &&
                   cd->cu->ModuleLoadData(&nk->mod, image) == CUDA_SUCCESS;
     free(image);
     if (!loaded) {
@@ -249,11 +238,11 @@ static burnc_status_t kernel_of(rt_device *dev, cuda_gemm_state *g, const cg_ptx
         void *cubin = NULL;
         how = "PTX linked by the driver";
         nk->mod = NULL;
-        st = ptx_of(dev, g, s, ptx_key, &ptx);
+        st = ptx_of(dev, disk, s, ptx_key, &ptx);
         if (st == BURNC_OK)
             st = cuda_module_from_ptx(dev, ptx, &nk->mod, &cubin, &size);
-        if (st == BURNC_OK && cubin && g->disk)
-            kc_put(g->disk, cubin_key, cubin, size);
+        if (st == BURNC_OK && cubin && disk)
+            kc_put(disk, cubin_key, cubin, size);
         free(cubin);
         free(ptx);
     }

@@ -40,18 +40,17 @@ static void kernel_free(cuda_device *cd, rt_kernel *k)
     free(k);
 }
 
+static void drop(rt_ktable_node *n, void *cd)
+{
+    kernel_free(cd, (rt_kernel *)n);
+}
+
 void cuda_kernel_cache_free(rt_device *dev)
 {
     cuda_device *cd = cuda_dev(dev);
     cuda_kernel_cache *c = &cd->kernels;
-    if (c->disk)
-        kc_close(c->disk);
-    for (int i = 0; i < c->cap; i++)
-        for (rt_kernel *k = c->slots[i], *next; k; k = next) {
-            next = k->next;
-            kernel_free(cd, k);
-        }
-    free(c->slots);
+    kc_lazy_close(&c->disk);
+    rt_ktable_clear(&c->table, drop, cd);
     mtx_destroy(&c->lock);
 }
 
@@ -97,36 +96,12 @@ static bool same_options(const cg_ptx_options *a, const cg_ptx_options *b)
 
 static rt_kernel *lookup(cuda_kernel_cache *c, const kir_kernel *k, uint64_t key, const cg_ptx_options *opt)
 {
-    if (!c->cap)
-        return NULL;
-    for (rt_kernel *e = c->slots[key & (uint64_t)(c->cap - 1)]; e; e = e->next)
-        if (e->key == key && same_options(&e->opt, opt) && same_kernel(&e->ir, k))
+    for (rt_ktable_node *n = rt_ktable_chain(&c->table, key); n; n = n->next) {
+        rt_kernel *e = (rt_kernel *)n;
+        if (n->key == key && same_options(&e->opt, opt) && same_kernel(&e->ir, k))
             return e;
-    return NULL;
-}
-
-static bool insert(cuda_kernel_cache *c, rt_kernel *k)
-{
-    if (c->n >= c->cap) {
-        int cap = c->cap ? 2 * c->cap : 64;
-        rt_kernel **slots = calloc((size_t)cap, sizeof *slots);
-        if (!slots)
-            return false;
-        for (int i = 0; i < c->cap; i++)
-            for (rt_kernel *e = c->slots[i], *next; e; e = next) {
-                next = e->next;
-                e->next = slots[e->key & (uint64_t)(cap - 1)];
-                slots[e->key & (uint64_t)(cap - 1)] = e;
-            }
-        free(c->slots);
-        c->slots = slots;
-        c->cap = cap;
     }
-    rt_kernel **head = &c->slots[k->key & (uint64_t)(c->cap - 1)];
-    k->next = *head;
-    *head = k;
-    c->n++;
-    return true;
+    return NULL;
 }
 
 /* ---- Loading PTX ---- */
@@ -278,11 +253,7 @@ static void dump(const char *name, uint64_t key, const char *ext, const char *te
 static kc_cache *disk_cache(cuda_kernel_cache *c)
 {
     mtx_lock(&c->lock);
-    if (!c->disk_tried) {
-        c->disk_tried = true;
-        c->disk = kc_open(NULL, NULL, 0);
-    }
-    kc_cache *d = c->disk;
+    kc_cache *d = kc_lazy_open(&c->disk);
     mtx_unlock(&c->lock);
     return d;
 }
@@ -347,7 +318,7 @@ static burnc_status_t build_module(rt_device *dev, kc_cache *disk, uint64_t ptx_
         if (disk)
             kc_put(disk, ptx_key, ptx, strlen(ptx) + 1);
     }
-    dump(k->ir.name, k->key, "ptx", ptx);
+    dump(k->ir.name, k->node.key, "ptx", ptx);
     void *cubin = NULL;
     size_t cubin_size = 0;
     burnc_status_t s = cuda_module_from_ptx(dev, ptx, &k->module, &cubin, &cubin_size);
@@ -370,7 +341,7 @@ static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, c
         return rt_fail(BURNC_ERR_OUT_OF_MEMORY, "%s: out of memory for kernel %s", dev->spec, k->name);
     }
     nk->kind = CUDA_KERNEL_COMPILED;
-    nk->key = key;
+    nk->node.key = key;
     nk->opt = *opt;
     const char *dump_dir = getenv("BURNC_DUMP_DIR");
     if (dump_dir && *dump_dir) {
@@ -404,7 +375,7 @@ static burnc_status_t build(rt_device *dev, const kir_kernel *k, uint64_t key, c
                (unsigned long long)key, ms_since(&t0), how, opt->block, opt->items, opt->rows_per_block);
     mtx_lock(&cd->kernels.lock);
     rt_kernel *raced = lookup(&cd->kernels, k, key, opt);
-    bool ok = raced || insert(&cd->kernels, nk);
+    bool ok = raced || rt_ktable_insert(&cd->kernels.table, &nk->node);
     mtx_unlock(&cd->kernels.lock);
     if (raced || !ok)
         kernel_free(cd, nk);

@@ -33,8 +33,7 @@ typedef struct cuda_mma_cache {
     mtx_t lock; /* the table and the disk cache's opening; compiles run outside it */
     int n;
     mma_kernel k[MAX_KERNELS];
-    kc_cache *disk;
-    bool disk_tried;
+    kc_lazy disk;
     atomic_int forced; /* test hook: -1, or the tile every problem uses */
     atomic_int builds;
 } cuda_mma_cache;
@@ -61,8 +60,7 @@ void cuda_mma_free(rt_device *dev)
     for (int i = 0; i < c->n; i++)
         if (!atomic_load(&cd->lost)) /* a lost context takes its modules with it */
             cd->cu->ModuleUnload(c->k[i].module);
-    if (c->disk)
-        kc_close(c->disk);
+    kc_lazy_close(&c->disk);
     mtx_destroy(&c->lock);
     free(c);
     cd->mma = NULL;
@@ -99,11 +97,7 @@ static void describe(const cg_mma_spec *s, char *out, size_t cap)
 static kc_cache *disk_of(cuda_mma_cache *c)
 {
     mtx_lock(&c->lock);
-    if (!c->disk_tried) {
-        c->disk_tried = true;
-        c->disk = kc_open(NULL, NULL, 0);
-    }
-    kc_cache *d = c->disk;
+    kc_cache *d = kc_lazy_open(&c->disk);
     mtx_unlock(&c->lock);
     return d;
 }

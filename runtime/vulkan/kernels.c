@@ -148,8 +148,7 @@ void vk_kernels_free(rt_device *dev)
         if (vd->set_layout[n])
             vd->api.vkDestroyDescriptorSetLayout(vd->dev, vd->set_layout[n], NULL);
     }
-    if (vd->disk)
-        kc_close(vd->disk);
+    kc_lazy_close(&vd->disk);
     free(vd->pipe_cache_path);
 }
 
@@ -183,13 +182,10 @@ static burnc_status_t spirv_for(vk_device *vd, const char *name, const char *gls
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     uint64_t key = kc_key(kc_hash(glsl, strlen(glsl), 0), vd->fingerprint, cg_glsl_compiler());
-    if (!vd->disk_tried) {
-        vd->disk_tried = true;
-        vd->disk = kc_open(NULL, NULL, 0);
-    }
+    kc_cache *disk = kc_lazy_open(&vd->disk);
     void *data;
     size_t size;
-    if (vd->disk && kc_get(vd->disk, key, &data, &size)) {
+    if (disk && kc_get(disk, key, &data, &size)) {
         if (size % 4 == 0 && size > 0) {
             *words = data;
             *n = size / 4;
@@ -202,8 +198,8 @@ static burnc_status_t spirv_for(vk_device *vd, const char *name, const char *gls
     RT_TRY(cg_glsl_compile(name, glsl, words, n));
     rt_log("codegen", "%s %016llx: miss, compiled in %.2f ms (GLSL -> SPIR-V)", name, (unsigned long long)key,
            ms_since(&t0));
-    if (vd->disk)
-        kc_put(vd->disk, key, *words, *n * 4);
+    if (disk)
+        kc_put(disk, key, *words, *n * 4);
     return BURNC_OK;
 }
 

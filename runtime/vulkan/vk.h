@@ -15,6 +15,7 @@
 #include <vulkan/vulkan.h>
 
 #include "codegen/glsl.h"
+#include "codegen/kcache.h"
 #include "rt.h"
 
 /* ---- The loader (loader.c) ---------------------------------------------------------------- */
@@ -138,8 +139,7 @@ typedef struct vk_device {
                     Order: qlock before lock. */
     struct rt_kernel *kernels;
     rt_buffer *scratch; /* multi-pass records, grown on demand (kernels.c) */
-    struct kc_cache *disk;
-    bool disk_tried;
+    kc_lazy disk;
     long pipelines;       /* pipelines created */
     long saved_pipelines; /* pipelines when the cache file was last written */
     char fingerprint[256];
