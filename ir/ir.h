@@ -109,6 +109,9 @@ int64_t ir_numel(int rank, const int64_t *shape);
 /* Row-major strides for a dense view of `shape`. */
 void ir_view_dense(ir_view *v, int rank, const int64_t *shape);
 bool ir_view_is_dense(const ir_view *v); /* row-major, no gaps (offset may be nonzero) */
+/* Whether every element of v (es bytes each) lies in a buffer of size bytes: a broken view is a
+ * runtime bug that must not become a wild read. */
+bool ir_view_fits(const ir_view *v, int64_t es, size_t size);
 
 /* ---- Records of the lazy stream ---------------------------------------------------------- */
 struct rt_storage; /* defined by the runtime; the IR only points at it */

@@ -39,3 +39,17 @@ bool ir_view_is_dense(const ir_view *v)
     }
     return true;
 }
+
+bool ir_view_fits(const ir_view *v, int64_t es, size_t size)
+{
+    int64_t lo = v->offset, hi = v->offset;
+    for (int d = 0; d < v->rank; d++) {
+        if (v->shape[d] == 0)
+            return true;
+        int64_t span;
+        if (v->shape[d] < 0 || __builtin_mul_overflow(v->shape[d] - 1, v->strides[d], &span) ||
+            __builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi))
+            return false;
+    }
+    return lo >= 0 && hi < INT64_MAX / es && (uint64_t)((hi + 1) * es) <= size;
+}

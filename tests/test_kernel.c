@@ -277,6 +277,34 @@ Test(kernel, type_helpers)
     BT_LEAK_CHECK();
 }
 
+/* A view's reach into its buffer: negative strides, offsets, empty and overflowing shapes. */
+Test(kernel, view_fits_its_buffer)
+{
+    ir_view v;
+    ir_view_dense(&v, 2, (int64_t[]){3, 4});
+    cr_assert(ir_view_fits(&v, 4, 48));
+    cr_assert_not(ir_view_fits(&v, 4, 47), "the last element ends at byte 48");
+    v.offset = 1;
+    cr_assert_not(ir_view_fits(&v, 4, 48));
+    cr_assert(ir_view_fits(&v, 4, 52));
+    /* reversed rows: elements 8..11, 4..7, 0..3 */
+    v = (ir_view){.rank = 2, .shape = {3, 4}, .strides = {-4, 1}, .offset = 8};
+    cr_assert(ir_view_fits(&v, 4, 48));
+    v.offset = 7;
+    cr_assert_not(ir_view_fits(&v, 4, 48), "the last row would start at element -1");
+    /* a broadcast axis reads one element however long it is */
+    v = (ir_view){.rank = 2, .shape = {1000000, 4}, .strides = {0, 1}};
+    cr_assert(ir_view_fits(&v, 8, 32));
+    /* nothing to read fits anything */
+    v = (ir_view){.rank = 2, .shape = {0, 4}, .strides = {4, 1}, .offset = 1000};
+    cr_assert(ir_view_fits(&v, 4, 0));
+    /* spans that overflow int64 are refused, not wrapped */
+    v = (ir_view){.rank = 1, .shape = {INT64_MAX / 2}, .strides = {4}};
+    cr_assert_not(ir_view_fits(&v, 4, SIZE_MAX));
+    v = (ir_view){.rank = 1, .shape = {3}, .strides = {1}, .offset = INT64_MAX / 4};
+    cr_assert_not(ir_view_fits(&v, 8, SIZE_MAX));
+}
+
 Test(kernel, constants_are_canonical)
 {
     kir_kernel k;

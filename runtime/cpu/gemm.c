@@ -721,22 +721,6 @@ bool cpu_gemm_handles(const ir_record *rec)
            rec->in[1].view.rank == rec->out_rank;
 }
 
-/* Whether the view's elements all lie in a buffer of size bytes (the reference kernels check
- * the same; a broken view is a runtime bug that must not become a wild read). */
-static bool view_fits(const ir_view *v, int64_t es, size_t size)
-{
-    int64_t lo = v->offset, hi = v->offset;
-    for (int d = 0; d < v->rank; d++) {
-        if (v->shape[d] == 0)
-            return true;
-        int64_t span;
-        if (v->shape[d] < 0 || __builtin_mul_overflow(v->shape[d] - 1, v->strides[d], &span) ||
-            __builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi))
-            return false;
-    }
-    return lo >= 0 && hi < INT64_MAX / es && (uint64_t)((hi + 1) * es) <= size;
-}
-
 static void narrow_out(void *dst, burnc_dtype_t dt, const float *src, int64_t n)
 {
     uint16_t *d = dst;
@@ -766,7 +750,7 @@ burnc_status_t cpu_gemm_run(cpu_threads *pool, const ir_record *rec, rt_buffer *
               .K = va->shape[r - 1], .batches = 1};
     int64_t es = (int64_t)ir_dtype_size(g.dt);
     bool ok = va->shape[r - 2] == g.M && vb->shape[r - 2] == g.K && vb->shape[r - 1] == g.N &&
-              view_fits(va, es, bufs[0]->size) && view_fits(vb, es, bufs[1]->size);
+              ir_view_fits(va, es, bufs[0]->size) && ir_view_fits(vb, es, bufs[1]->size);
     for (int d = 0; d < g.rb; d++) {
         ok = ok && va->shape[d] == rec->out_shape[d] && vb->shape[d] == rec->out_shape[d];
         g.bshape[d] = rec->out_shape[d];

@@ -432,22 +432,6 @@ static burnc_status_t run_held(rt_device *dev, cuda_gemm_state *g, const held_mm
     return BURNC_OK;
 }
 
-/* Whether a view's elements lie in a buffer of size bytes (a broken view is a runtime bug that
- * must not become a wild read on the GPU). */
-static bool view_fits(const ir_view *v, int64_t es, size_t size)
-{
-    int64_t lo = v->offset, hi = v->offset;
-    for (int d = 0; d < v->rank; d++) {
-        if (v->shape[d] == 0)
-            return true;
-        int64_t span;
-        if (v->shape[d] < 0 || __builtin_mul_overflow(v->shape[d] - 1, v->strides[d], &span) ||
-            __builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi))
-            return false;
-    }
-    return lo >= 0 && hi < INT64_MAX / es && (uint64_t)((hi + 1) * es) <= size;
-}
-
 /* Releases the held matmul unfused; failures also go to the device's pending error (the
  * caller may be a free that cannot report). Called with g->lock. */
 static burnc_status_t release_locked(rt_device *dev, cuda_gemm_state *g)
@@ -481,8 +465,8 @@ burnc_status_t cuda_gemm_launch(rt_device *dev, const ir_record *rec, rt_buffer 
     int r = rec->out_rank;
     int64_t es = (int64_t)ir_dtype_size(rec->compute), numel = 1;
     bool ok = va->shape[r - 2] == rec->out_shape[r - 2] && vb->shape[r - 2] == va->shape[r - 1] &&
-              vb->shape[r - 1] == rec->out_shape[r - 1] && view_fits(va, es, bufs[0]->size) &&
-              view_fits(vb, es, bufs[1]->size);
+              vb->shape[r - 1] == rec->out_shape[r - 1] && ir_view_fits(va, es, bufs[0]->size) &&
+              ir_view_fits(vb, es, bufs[1]->size);
     for (int d = 0; d < r; d++) {
         numel *= rec->out_shape[d];
         if (d < r - 2)
