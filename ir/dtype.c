@@ -184,9 +184,8 @@ float burnc_bf16_to_f32(uint16_t h) { return (float)ir_bf16_to_f64(h); }
 
 /* ---- Float to integer -------------------------------------------------------------------- */
 
-/* Truncates toward zero and saturates to [lo, hi]; NaN is 0. hi is 2^k - 1, so hi + 1.0 is
- * exactly 2^k even where hi itself is not a double (i64). */
-static int64_t trunc_sat(double v, int64_t lo, int64_t hi)
+/* hi is 2^k - 1, so hi + 1.0 is exactly 2^k even where hi itself is not a double (i64). */
+int64_t ir_trunc_sat(double v, int64_t lo, int64_t hi)
 {
     if (isnan(v))
         return 0;
@@ -196,6 +195,14 @@ static int64_t trunc_sat(double v, int64_t lo, int64_t hi)
     if (t <= (double)lo)
         return lo;
     return (int64_t)t;
+}
+
+uint64_t ir_trunc_sat_u64(double v)
+{
+    if (isnan(v) || v <= 0)
+        return 0;
+    double t = trunc(v);
+    return t >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)t;
 }
 
 /* ---- Loads and stores -------------------------------------------------------------------- */
@@ -248,7 +255,7 @@ int64_t ir_load_i(const void *p, burnc_dtype_t dt)
     case BURNC_DTYPE_F32:
     case BURNC_DTYPE_F64:
     case BURNC_DTYPE_F16:
-    case BURNC_DTYPE_BF16: return trunc_sat(ir_load_f(p, dt), INT64_MIN, INT64_MAX);
+    case BURNC_DTYPE_BF16: return ir_trunc_sat(ir_load_f(p, dt), INT64_MIN, INT64_MAX);
     default: return 0;
     }
 }
@@ -279,9 +286,9 @@ void ir_store_f(void *p, burnc_dtype_t dt, double v)
     case BURNC_DTYPE_F64: memcpy(p, &v, sizeof v); break;
     case BURNC_DTYPE_F16: store_u16(p, ir_f64_to_f16(v)); break;
     case BURNC_DTYPE_BF16: store_u16(p, ir_f64_to_bf16(v)); break;
-    case BURNC_DTYPE_I32: store_wrapped(p, dt, trunc_sat(v, INT32_MIN, INT32_MAX)); break;
-    case BURNC_DTYPE_I64: store_wrapped(p, dt, trunc_sat(v, INT64_MIN, INT64_MAX)); break;
-    case BURNC_DTYPE_U8: store_wrapped(p, dt, trunc_sat(v, 0, UINT8_MAX)); break;
+    case BURNC_DTYPE_I32: store_wrapped(p, dt, ir_trunc_sat(v, INT32_MIN, INT32_MAX)); break;
+    case BURNC_DTYPE_I64: store_wrapped(p, dt, ir_trunc_sat(v, INT64_MIN, INT64_MAX)); break;
+    case BURNC_DTYPE_U8: store_wrapped(p, dt, ir_trunc_sat(v, 0, UINT8_MAX)); break;
     case BURNC_DTYPE_BOOL: *(uint8_t *)p = v != 0; break; /* NaN != 0: true */
     default: break;
     }

@@ -56,6 +56,10 @@ double ir_bf16_to_f64(uint16_t h);
  *   ir_store_i: to integers wrapping (two's complement), to floats by rounding, to bool by != 0. */
 double ir_load_f(const void *p, burnc_dtype_t dt);
 int64_t ir_load_i(const void *p, burnc_dtype_t dt);
+/* The float-to-integer cast rules: truncate toward zero, saturate to [lo, hi] (hi is 2^k - 1),
+ * NaN is 0; ir_trunc_sat_u64 for the whole unsigned 64-bit range. */
+int64_t ir_trunc_sat(double v, int64_t lo, int64_t hi);
+uint64_t ir_trunc_sat_u64(double v);
 void ir_store_f(void *p, burnc_dtype_t dt, double v);
 void ir_store_i(void *p, burnc_dtype_t dt, int64_t v);
 /* A scalar converted to the dtype and back (what _scalar ops and full() use): rounds for

@@ -135,30 +135,6 @@ int32_t kir_const_i(kir_kernel *k, kir_type type, int64_t v)
     return i;
 }
 
-/* Float -> integer by the cast rules: truncate, saturate to [lo, hi], NaN -> 0. hi + 1 is a
- * power of two, exact in double even where hi is not. */
-static int64_t trunc_sat_i(double v, int64_t lo, int64_t hi)
-{
-    if (isnan(v))
-        return 0;
-    double t = trunc(v);
-    if (t >= (double)hi + 1.0)
-        return hi;
-    if (t <= (double)lo)
-        return lo;
-    return (int64_t)t;
-}
-
-static uint64_t trunc_sat_u64(double v)
-{
-    if (isnan(v) || v <= 0)
-        return 0;
-    double t = trunc(v);
-    if (t >= 18446744073709551616.0)
-        return UINT64_MAX;
-    return (uint64_t)t;
-}
-
 int32_t kir_const_f(kir_kernel *k, kir_type type, double v)
 {
     int32_t i = kir_emit(k, KIR_CONST, type, -1, -1, -1);
@@ -169,11 +145,11 @@ int32_t kir_const_f(kir_kernel *k, kir_type type, double v)
     case KIR_F32: imm->f = (float)v; break;
     case KIR_F64: imm->f = v; break;
     case KIR_BOOL: imm->u = v != 0; break; /* NaN is true */
-    case KIR_U8: imm->u = (uint64_t)trunc_sat_i(v, 0, UINT8_MAX); break;
-    case KIR_I32: imm->i = trunc_sat_i(v, INT32_MIN, INT32_MAX); break;
-    case KIR_U32: imm->u = (uint64_t)trunc_sat_i(v, 0, UINT32_MAX); break;
-    case KIR_I64: imm->i = trunc_sat_i(v, INT64_MIN, INT64_MAX); break;
-    case KIR_U64: imm->u = trunc_sat_u64(v); break;
+    case KIR_U8: imm->u = (uint64_t)ir_trunc_sat(v, 0, UINT8_MAX); break;
+    case KIR_I32: imm->i = ir_trunc_sat(v, INT32_MIN, INT32_MAX); break;
+    case KIR_U32: imm->u = (uint64_t)ir_trunc_sat(v, 0, UINT32_MAX); break;
+    case KIR_I64: imm->i = ir_trunc_sat(v, INT64_MIN, INT64_MAX); break;
+    case KIR_U64: imm->u = ir_trunc_sat_u64(v); break;
     default: imm->f = v; break; /* not a value type: kir_valid says so */
     }
     return i;

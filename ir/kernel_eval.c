@@ -223,32 +223,15 @@ static bool fp_compare(int op, double a, double b)
 
 /* ---- Conversions ------------------------------------------------------------------------- */
 
-/* Float -> integer: truncate, saturate to [lo, hi], NaN -> 0; hi + 1 is a power of two,
- * exact in double even where hi is not. */
-static int64_t trunc_sat(double v, int64_t lo, int64_t hi)
-{
-    if (isnan(v))
-        return 0;
-    double t = trunc(v);
-    if (t >= (double)hi + 1.0)
-        return hi;
-    if (t <= (double)lo)
-        return lo;
-    return (int64_t)t;
-}
-
 static uint64_t float_to_int(int to, double v)
 {
     switch (to) {
     case KIR_BOOL: return v != 0; /* NaN is true */
-    case KIR_U8: return (uint64_t)trunc_sat(v, 0, UINT8_MAX);
-    case KIR_I32: return (uint64_t)trunc_sat(v, INT32_MIN, INT32_MAX);
-    case KIR_U32: return (uint64_t)trunc_sat(v, 0, UINT32_MAX);
-    case KIR_I64: return (uint64_t)trunc_sat(v, INT64_MIN, INT64_MAX);
-    default:
-        if (isnan(v) || v <= 0)
-            return 0;
-        return trunc(v) >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)trunc(v);
+    case KIR_U8: return (uint64_t)ir_trunc_sat(v, 0, UINT8_MAX);
+    case KIR_I32: return (uint64_t)ir_trunc_sat(v, INT32_MIN, INT32_MAX);
+    case KIR_U32: return (uint64_t)ir_trunc_sat(v, 0, UINT32_MAX);
+    case KIR_I64: return (uint64_t)ir_trunc_sat(v, INT64_MIN, INT64_MAX);
+    default: return ir_trunc_sat_u64(v);
     }
 }
 
