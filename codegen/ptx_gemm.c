@@ -8,6 +8,8 @@
  * BM*V/TM rows apart), so a quarter warp reads consecutive 16-byte words of shared memory.
  * A pipelined tile (cg_ptx_gemm_spec.pipe) reads each k-step's fragments a step ahead and
  * meets at the barrier before the last step, whose fmas then cover the next tile's first reads.
+ * With async_mn an operand read along m/n skips the registers: cp.async copies its next tile
+ * into the other buffer, and each thread waits for its copies before the barrier.
  *
  * Numerics: one llvm.fma per k per element, k increasing, from +0.0; nothing else touches the
  * accumulators, and the target machine keeps the C API's defaults (no contraction, no .ftz),
@@ -38,6 +40,7 @@ typedef struct gg {
     LLVMValueRef fn, params, smem;
     LLVMBuilderRef ab; /* allocas at the top of the entry block */
     unsigned md_inv;
+    bool async; /* some operand goes by cp.async: the barrier waits for the copies first */
     LLVMValueRef M, N, K, tid, bz;
 } gg;
 
@@ -139,27 +142,6 @@ static void opnd_init(gg *g, opnd *o, bool is_b, LLVMValueRef block0)
     }
 }
 
-/* Loads the k-tile at k0 into the staging registers; what lies outside [0, M or N) x [0, K)
- * is zero (the address is clamped to the tile's base, which is in range whenever a launch
- * has work). Vector modes rely on the extent along the vector being a multiple of it. */
-static void opnd_load(gg *g, opnd *o, LLVMValueRef k0)
-{
-    LLVMTypeRef lt = vec_t(g->mt, o->w);
-    for (int r = 0; r < o->n; r++) {
-        LLVMValueRef kk = add(g, k0, o->k[r]);
-        LLVMValueRef in = and1(g, ult(g, o->mn[r], o->lim), ult(g, kk, g->K));
-        LLVMValueRef off = add(g, mul(g, o->mn[r], o->s_mn), mul(g, kk, o->s_k));
-        off = LLVMBuildSelect(g->e.b, in, off, ki64(g, 0), "");
-        LLVMValueRef p = LLVMBuildGEP2(g->e.b, g->mt, o->base, &off, 1, "");
-        LLVMValueRef raw = LLVMBuildLoad2(g->e.b, lt, p, "");
-        LLVMSetAlignment(raw, (unsigned)(o->w * (int)cg_mem_align(g->s->dt)));
-        LLVMSetMetadata(raw, g->md_inv, LLVMMetadataAsValue(g->e.ctx, LLVMMDNodeInContext2(g->e.ctx, NULL, 0)));
-        /* used only after the tile is computed, so the load's latency hides behind it */
-        LLVMBuildStore(g->e.b, raw, o->stage[r]);
-        LLVMBuildStore(g->e.b, in, o->stage_in[r]);
-    }
-}
-
 static LLVMValueRef shared_at(gg *g, LLVMValueRef base, LLVMValueRef idx)
 {
     return LLVMBuildGEP2(g->e.b, g->ct, base, &idx, 1, "");
@@ -171,9 +153,43 @@ static LLVMValueRef opnd_buf(gg *g, const opnd *o, LLVMValueRef buf)
     return shared_at(g, o->sbase, mul(g, buf, ki64(g, (int64_t)g->s->bk * o->ld)));
 }
 
+/* Whether the operand's copies go by cp.async (cg_ptx_gemm_spec.async_mn). */
+static bool opnd_async(const gg *g, const opnd *o) { return g->async && o->mode == CG_GEMM_VEC_MN; }
+
+/* Loads the k-tile at k0 into the staging registers, or for a cp.async operand starts its
+ * copy into shared buffer buf; what lies outside [0, M or N) x [0, K) is zero (the address is
+ * clamped to the tile's base, which is in range whenever a launch has work). Vector modes rely
+ * on the extent along the vector being a multiple of it. */
+static void opnd_load(gg *g, opnd *o, LLVMValueRef k0, LLVMValueRef buf)
+{
+    LLVMTypeRef lt = vec_t(g->mt, o->w);
+    for (int r = 0; r < o->n; r++) {
+        LLVMValueRef kk = add(g, k0, o->k[r]);
+        LLVMValueRef in = and1(g, ult(g, o->mn[r], o->lim), ult(g, kk, g->K));
+        LLVMValueRef off = add(g, mul(g, o->mn[r], o->s_mn), mul(g, kk, o->s_k));
+        off = LLVMBuildSelect(g->e.b, in, off, ki64(g, 0), "");
+        LLVMValueRef p = LLVMBuildGEP2(g->e.b, g->mt, o->base, &off, 1, "");
+        if (opnd_async(g, o)) { /* a vector along m/n: one 16-byte copy into its k row, zeros where !in */
+            LLVMValueRef at = add(g, mul(g, o->k[r], ki64(g, o->ld)), o->mn[r]);
+            LLVMValueRef args[3] = {shared_at(g, opnd_buf(g, o, buf), at), p,
+                                    LLVMBuildSelect(g->e.b, in, ki32(g, 16), ki32(g, 0), "")};
+            cg_call_intrinsic(&g->e, "llvm.nvvm.cp.async.cg.shared.global.16.s", NULL, 0, args, 3);
+            continue;
+        }
+        LLVMValueRef raw = LLVMBuildLoad2(g->e.b, lt, p, "");
+        LLVMSetAlignment(raw, (unsigned)(o->w * (int)cg_mem_align(g->s->dt)));
+        LLVMSetMetadata(raw, g->md_inv, LLVMMetadataAsValue(g->e.ctx, LLVMMDNodeInContext2(g->e.ctx, NULL, 0)));
+        /* used only after the tile is computed, so the load's latency hides behind it */
+        LLVMBuildStore(g->e.b, raw, o->stage[r]);
+        LLVMBuildStore(g->e.b, in, o->stage_in[r]);
+    }
+}
+
 /* The staged values into shared buffer buf: [k][mn], k-major. */
 static void opnd_store(gg *g, opnd *o, LLVMValueRef buf)
 {
+    if (opnd_async(g, o)) /* already on its way there */
+        return;
     LLVMValueRef sb = opnd_buf(g, o, buf);
     bool along_k = o->mode == CG_GEMM_VEC_K;
     for (int r = 0; r < o->n; r++) {
@@ -194,8 +210,11 @@ static void opnd_store(gg *g, opnd *o, LLVMValueRef buf)
     }
 }
 
+/* The block's barrier; this thread's cp.async copies land first, so the barrier publishes them. */
 static void barrier(gg *g)
 {
+    if (g->async)
+        cg_call_intrinsic(&g->e, "llvm.nvvm.cp.async.wait.all", NULL, 0, NULL, 0);
     if (!g->s->host) {
         cg_call_intrinsic(&g->e, "llvm.nvvm.barrier0", NULL, 0, NULL, 0);
         return;
@@ -578,8 +597,8 @@ static bool build(gg *g)
     /* prologue: tile 0 into buffer 0 (none when K is 0: the operands may have no memory) */
     LLVMValueRef nk = LLVMBuildUDiv(b, add(g, g->K, ki64(g, s->bk - 1)), ki64(g, s->bk), "");
     LLVMBasicBlockRef no_k = cg_if_begin(&g->e, LLVMBuildICmp(b, LLVMIntNE, nk, ki64(g, 0), ""), "if");
-    opnd_load(g, &A, ki64(g, 0));
-    opnd_load(g, &B, ki64(g, 0));
+    opnd_load(g, &A, ki64(g, 0), ki64(g, 0));
+    opnd_load(g, &B, ki64(g, 0), ki64(g, 0));
     opnd_store(g, &A, ki64(g, 0));
     opnd_store(g, &B, ki64(g, 0));
     barrier(g);
@@ -604,8 +623,8 @@ static bool build(gg *g)
     /* the next tile's loads are in flight while this one is computed (past the end they are
      * predicated off and only fill the idle buffer with zeros) */
     LLVMValueRef k_next = mul(g, next, ki64(g, s->bk));
-    opnd_load(g, &A, k_next);
-    opnd_load(g, &B, k_next);
+    opnd_load(g, &A, k_next, nbuf);
+    opnd_load(g, &B, k_next, nbuf);
     LLVMValueRef sa = opnd_buf(g, &A, buf), sb = opnd_buf(g, &B, buf);
     LLVMValueRef accv[MAX_TILE];
     for (int i = 0; i < s->tm * s->tn; i++)
@@ -634,7 +653,8 @@ static bool build(gg *g)
         }
         for (int i = 0; i < s->tm; i++) {
             LLVMValueRef x = LLVMBuildExtractElement(b, av[i / v], ki32(g, i % v), "");
-            for (int j = 0; j < s->tn; j++) {
+            for (int jj = 0; jj < s->tn; jj++) {
+                int j = s->snake && (i & 1) ? s->tn - 1 - jj : jj;
                 LLVMValueRef y = LLVMBuildExtractElement(b, bv[j / v], ki32(g, j % v), "");
                 LLVMValueRef args[3] = {x, y, accv[i * s->tn + j]};
                 accv[i * s->tn + j] = cg_call_intrinsic(&g->e, "llvm.fma", &fmat, 1, args, 3);
@@ -773,6 +793,8 @@ bool cg_llvm_compile_ptx_gemm(const cg_ptx_gemm_spec *s, char **ptx, size_t *ptx
         LLVMSetLinkage(g.smem, LLVMExternalLinkage);
         LLVMSetAlignment(g.smem, 16);
     }
+    g.async = s->async_mn && !s->host && s->sm >= 80 && s->dt == BURNC_DTYPE_F32 &&
+              (s->a_mode == CG_GEMM_VEC_MN || s->b_mode == CG_GEMM_VEC_MN);
     bool ok = build(&g);
     if (!ok)
         cg_failf(err, cap, "compile_ptx_gemm: out of memory while building the IR");

@@ -37,6 +37,10 @@ typedef struct cg_ptx_gemm_spec {
     int bm, bn, bk, tm, tn; /* block tile, k-tile depth, per-thread register tile */
     int min_blocks;        /* blocks per SM ptxas budgets registers for (0: 2 up to 256 threads) */
     bool pipe;             /* fragments read a k-step ahead, across the k-tile's barrier */
+    bool async_mn;         /* f32 on sm_80+: operands read along m/n (VEC_MN) go global -> shared
+                            * by cp.async, 16 bytes a copy, without staging registers */
+    bool snake;            /* odd rows of the register tile run their fmas right to left, so each
+                            * row change reuses the last B operand (the chains are unchanged) */
     int a_mode, b_mode;    /* CG_GEMM_* */
     const kir_kernel *epi; /* fused epilogue, or NULL */
     int epi_c_slot;        /* its input slot that reads the product */
@@ -49,28 +53,44 @@ typedef struct cg_ptx_gemm_spec {
 } cg_ptx_gemm_spec;
 
 /* The tile variants autotune chooses among (family "cuda.matmul"): name, BM, BN, BK, TM, TN,
- * blocks per SM for the register budget (0: the default), pipelined. */
+ * blocks per SM for the register budget (0: the default), pipelined, cp.async along m/n,
+ * snake order (cg_ptx_gemm_spec says what each does). */
 typedef struct cg_ptx_gemm_tile {
     const char *name;
     int bm, bn, bk, tm, tn, min_blocks;
-    bool pipe;
+    bool pipe, async_mn, snake;
 } cg_ptx_gemm_tile;
 enum { CG_PTX_GEMM_N_TILES = 10 };
 static const cg_ptx_gemm_tile CG_PTX_GEMM_TILES[CG_PTX_GEMM_N_TILES] = {
-    {"128x128x8 t8x8", 128, 128, 8, 8, 8, 0, false},  {"128x128x16 t8x8", 128, 128, 16, 8, 8, 0, false},
-    {"128x64x16 t8x4", 128, 64, 16, 8, 4, 0, false},  {"64x128x16 t4x8", 64, 128, 16, 4, 8, 0, false},
-    {"64x64x16 t4x4", 64, 64, 16, 4, 4, 0, false},    {"32x32x8 t4x4", 32, 32, 8, 4, 4, 0, false},
+    {"128x128x8 t8x8", 128, 128, 8, 8, 8, 0, false, false, false},
+    {"128x128x16 t8x8", 128, 128, 16, 8, 8, 0, false, false, false},
+    {"128x64x16 t8x4", 128, 64, 16, 8, 4, 0, false, false, false},
+    {"64x128x16 t4x8", 64, 128, 16, 4, 8, 0, false, false, false},
+    {"64x64x16 t4x4", 64, 64, 16, 4, 4, 0, false, false, false},
+    {"32x32x8 t4x4", 32, 32, 8, 4, 4, 0, false, false, false},
     /* 128x128x8 with every register it wants (about 170: one block per SM, no spills) */
-    {"128x128x8 t8x8 occ1", 128, 128, 8, 8, 8, 1, false},
+    {"128x128x8 t8x8 occ1", 128, 128, 8, 8, 8, 1, false, false, false},
     /* 16x8 a thread, 128 threads, two blocks an SM (about 240 registers): the shape of cuBLAS's
      * 128x128 f32 kernel; 46 TFLOP/s at 4096^3 on the H200 against 43 for 8x8 (with BK 16: 31) */
-    {"128x128x8 t16x8", 128, 128, 8, 16, 8, 2, false},
+    {"128x128x8 t16x8", 128, 128, 8, 16, 8, 2, false, false, false},
     /* Pipelined (ptx_gemm.c), on the H200: tile 7's order at 4096 x 1024 x 1024 with both
-     * operands read along k, 214 -> 204 us (4096^3: 1.5% slower); 64x64x16 at 8x4 for
-     * 1024 x 1024 x 4096 (a weight gradient), 234 us against 252 for tile 3 */
-    {"128x128x8 t16x8 pipelined", 128, 128, 8, 16, 8, 2, true},
-    {"64x64x16 t8x4 pipelined", 64, 64, 16, 8, 4, 3, true},
+     * operands read along k, 214 -> 204 us (4096^3: 1.5% slower), and in snake order 205 ->
+     * 198 us (tile 7 and 4096^3 lost 1-2% in that order); 64x64x16 at 8x4 for
+     * 1024 x 1024 x 4096 (a weight gradient), 234 us against 252 for tile 3, and with both
+     * operands (read along m and n there) copied by cp.async 228 -> 214 us (cp.async of
+     * operands read along k, 4 bytes a copy into k-major rows, lost 10-18%) */
+    {"128x128x8 t16x8 pipelined snake", 128, 128, 8, 16, 8, 2, true, false, true},
+    {"64x64x16 t8x4 pipelined cp.async", 64, 64, 16, 8, 4, 3, true, true, false},
 };
+
+/* The spec of tile t for compute capability sm, dtype dt and operand modes am, bm. */
+static inline cg_ptx_gemm_spec cg_ptx_gemm_tile_spec(int t, int sm, burnc_dtype_t dt, int am, int bm)
+{
+    const cg_ptx_gemm_tile *x = &CG_PTX_GEMM_TILES[t];
+    return (cg_ptx_gemm_spec){.sm = sm, .dt = dt, .bm = x->bm, .bn = x->bn, .bk = x->bk, .tm = x->tm, .tn = x->tn,
+                              .min_blocks = x->min_blocks, .pipe = x->pipe, .async_mn = x->async_mn,
+                              .snake = x->snake, .a_mode = am, .b_mode = bm};
+}
 
 /* Parameter words (8 bytes each), one byval block like the fused kernels'. Addresses already
  * include the operands' offsets; strides in elements. After CG_GEMM_W_EPI come the epilogue

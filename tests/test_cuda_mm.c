@@ -117,9 +117,7 @@ static void check_spec(const cg_ptx_gemm_spec *s, const char *what)
 
 static cg_ptx_gemm_spec spec_of(int t, burnc_dtype_t dt, int am, int bm)
 {
-    const cg_ptx_gemm_tile *x = &CG_PTX_GEMM_TILES[t];
-    return (cg_ptx_gemm_spec){.sm = 90, .dt = dt, .bm = x->bm, .bn = x->bn, .bk = x->bk, .tm = x->tm, .tn = x->tn,
-                              .min_blocks = x->min_blocks, .pipe = x->pipe, .a_mode = am, .b_mode = bm};
+    return cg_ptx_gemm_tile_spec(t, 90, dt, am, bm);
 }
 
 Test(cuda_mm, ptx_every_tile_f32)

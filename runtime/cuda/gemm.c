@@ -139,8 +139,8 @@ bool cuda_gemm_handles(const ir_record *rec)
 
 static uint64_t spec_hash(const cg_ptx_gemm_spec *s)
 {
-    int64_t w[12] = {s->sm,     s->dt,     s->bm,     s->bn, s->bk, s->tm, s->tn, s->a_mode, s->b_mode,
-                     s->min_blocks, s->epi ? s->epi_c_slot : -1, s->pipe};
+    int64_t w[14] = {s->sm,         s->dt, s->bm, s->bn, s->bk, s->tm, s->tn, s->a_mode, s->b_mode, s->min_blocks,
+                     s->epi ? s->epi_c_slot : -1, s->pipe, s->async_mn, s->snake};
     return kc_hash(w, sizeof w, s->epi ? kir_hash(s->epi) : 0x67656d6d);
 }
 
@@ -148,7 +148,8 @@ static bool same_spec(const gemm_kernel *e, const cg_ptx_gemm_spec *s, uint64_t 
 {
     if (e->key != key || e->spec.dt != s->dt || e->spec.bm != s->bm || e->spec.bn != s->bn || e->spec.bk != s->bk ||
         e->spec.tm != s->tm || e->spec.tn != s->tn || e->spec.a_mode != s->a_mode || e->spec.b_mode != s->b_mode ||
-        e->spec.min_blocks != s->min_blocks || e->spec.pipe != s->pipe ||
+        e->spec.min_blocks != s->min_blocks || e->spec.pipe != s->pipe || e->spec.async_mn != s->async_mn ||
+        e->spec.snake != s->snake ||
         e->has_epi != (s->epi != NULL))
         return false;
     if (!s->epi)
@@ -290,8 +291,7 @@ static int mode_of(const cuda_mm_problem *p, burnc_dtype_t dt, bool is_b)
 
 static bool tile_valid(const cuda_device *cd, burnc_dtype_t dt, int t)
 {
-    const cg_ptx_gemm_tile *x = &CG_PTX_GEMM_TILES[t];
-    cg_ptx_gemm_spec s = {.sm = cd->cc, .dt = dt, .bm = x->bm, .bn = x->bn, .bk = x->bk, .tm = x->tm, .tn = x->tn};
+    cg_ptx_gemm_spec s = cg_ptx_gemm_tile_spec(t, cd->cc, dt, CG_GEMM_SCALAR_K, CG_GEMM_SCALAR_K);
     return cg_ptx_gemm_shape_ok(&s) && cg_ptx_gemm_shared_bytes(&s) <= (cd->max_shared_optin > DEFAULT_SHARED
                                                                            ? cd->max_shared_optin
                                                                            : DEFAULT_SHARED);
@@ -301,12 +301,9 @@ static bool tile_valid(const cuda_device *cd, burnc_dtype_t dt, int t)
 static burnc_status_t simt_run(rt_device *dev, cuda_gemm_state *g, const cuda_mm_problem *p, int t)
 {
     cuda_device *cd = cuda_dev(dev);
-    const cg_ptx_gemm_tile *x = &CG_PTX_GEMM_TILES[t];
     const cuda_mm_epilogue *e = p->epilogue;
-    cg_ptx_gemm_spec s = {.sm = cd->cc, .dt = p->dt, .bm = x->bm, .bn = x->bn, .bk = x->bk, .tm = x->tm, .tn = x->tn,
-                          .min_blocks = x->min_blocks, .pipe = x->pipe, .a_mode = mode_of(p, p->dt, false),
-                          .b_mode = mode_of(p, p->dt, true),
-                          .epi = e ? e->k : NULL, .epi_c_slot = e ? e->c_slot : 0};
+    cg_ptx_gemm_spec s = cg_ptx_gemm_tile_spec(t, cd->cc, p->dt, mode_of(p, p->dt, false), mode_of(p, p->dt, true));
+    s.epi = e ? e->k : NULL, s.epi_c_slot = e ? e->c_slot : 0;
     int64_t gx = (p->n + s.bn - 1) / s.bn, gy = (p->m + s.bm - 1) / s.bm;
     if (gy > MAX_GRID_YZ || gx > INT32_MAX || p->batch > MAX_GRID_YZ)
         return rt_fail(BURNC_ERR_EXECUTION, "burnc_matmul: %s: %lld x %lld x %lld batches is too large a grid",
