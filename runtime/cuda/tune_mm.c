@@ -21,9 +21,10 @@ static at_family fam_matmul = {"cuda.matmul", CG_PTX_GEMM_N_TILES, tile_names};
 /* 128x128 tiles are the large-square choice, 16x8 a thread (128 fmas per 6 shared vector
  * loads; 46 TFLOP/s at 4096^3 on the H200, 210 us for 4096 x 1024 x 1024) before 8x8 (43,
  * 220 us), which f64 takes; pipelined where both operands are read along k (x @ W^T: 204
- * against 214 us). When they would leave SMs idle, smaller ones give more blocks: 64x64 at
- * 8x4, pipelined, where it makes two blocks an SM (1024 x 1024 x 4096, a 1024-wide layer's
- * weight gradient: 234 us against 252 for 64x128 and 270 for 64x64 at 4x4); a wave a few
+ * against 214 us; 198 in snake order). When they would leave SMs idle, smaller ones give more
+ * blocks: 64x64 at 8x4, pipelined, where it makes two blocks an SM (1024 x 1024 x 4096, a
+ * 1024-wide layer's weight gradient: 234 us against 252 for 64x128 and 270 for 64x64 at 4x4;
+ * 214 with its operands copied by cp.async); a wave a few
  * blocks short of the SMs still beats tiles half the size (64x128 there: 128 blocks on the
  * H200's 132 SMs). */
 int cuda_mm_heuristic(const cuda_device *cd, const cuda_mm_problem *p, const bool *valid)
