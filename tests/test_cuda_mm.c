@@ -732,6 +732,11 @@ Test(cuda_mm, every_tile_forced)
         snprintf(what, sizeof what, "f32 %s 200x300x150", CG_PTX_GEMM_TILES[t].name);
         mm_case c = plain(BURNC_DTYPE_F32, 200, 300, 150, DENSE, DENSE);
         check_case(gpu, cpu, &c, what);
+        /* A read along m as well (a weight gradient's layout): both operands by cp.async
+         * where the tile copies so, zeros past every edge */
+        snprintf(what, sizeof what, "f32 %s 196x300x150 transposed A", CG_PTX_GEMM_TILES[t].name);
+        c = plain(BURNC_DTYPE_F32, 196, 300, 150, TRANSPOSED, DENSE);
+        check_case(gpu, cpu, &c, what);
         snprintf(what, sizeof what, "f64 %s 64x40x72 transposed B", CG_PTX_GEMM_TILES[t].name);
         c = plain(BURNC_DTYPE_F64, 64, 40, 72, DENSE, TRANSPOSED);
         check_case(gpu, cpu, &c, what);
