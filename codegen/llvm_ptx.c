@@ -166,6 +166,7 @@ typedef struct ent {
     bool kept_ready[KIR_MAX_STAGES];        /* ... once written: later phases read them */
     LLVMValueRef fast_val;                  /* stage 0 as the copy found it (fast_slot) */
     bool stored;                            /* the early element stores are done (g->readback) */
+    bool cols;                              /* the column entry */
 } ent;
 
 /* One row (or, element-wise, one position): its outer indices and the slots' offsets there. */
@@ -583,7 +584,11 @@ static LLVMValueRef umin64(gen *g, LLVMValueRef a, LLVMValueRef b)
  * Bodies run in position order, so a reduction still combines in kernel.h's order; the last
  * positions, fewer than a group, go one at a time. Sites that divide their position into several
  * reduced indices, or carry an i64 position (ARG combiners), take groups of 4: 8 of them kept
- * 90 registers live (a block of 1024 threads has 64 each). */
+ * 90 registers live (a block of 1024 threads has 64 each).
+ * With group_ctx.prefetch (the column entry's lanes: 8 warps an SM in the deep MLP's GELU
+ * backward, too few to hide a group's loads behind other warps) the next group's loads are
+ * issued before this group's bodies run, in registers (PREFETCH_MAX): on the H200 that
+ * kernel went 49-52 -> 41-43 us. The warp-per-row entry gained nothing from it. */
 enum { GROUP = 8, WIDE_GROUP = 32 /* a cheap stage (wide_group) */ };
 
 static int group_size(const kir_kernel *k, bool arg) { return arg || k->rank - k->n_outer > 1 ? GROUP / 2 : GROUP; }
@@ -599,6 +604,7 @@ typedef struct group_ctx {
     LLVMValueRef sacc[KIR_MAX_STAGES], saccp[KIR_MAX_STAGES]; /* their accumulators */
     LLVMValueRef acc; /* the fast stage's (copy_row) */
     int slot; /* the input copied */
+    bool prefetch; /* the next group's loads go before this group's bodies (positions) */
 } group_ctx;
 
 typedef bool (*site_fn)(site *s, group_ctx *c);
@@ -617,26 +623,85 @@ static bool run_sites(site *s, int n, site_fn pre, site_fn body, group_ctx *c)
     return ok;
 }
 
+/* Loads positions() may issue a group ahead, in registers: at most this many a thread. */
+enum { PREFETCH_MAX = 48 };
+
+/* The instructions positions() loads a group ahead (c->prefetch): the needed global loads of
+ * inputs no output overwrites, in an entry that reads nothing from shared memory or back from
+ * its outputs, when a group's fit in PREFETCH_MAX registers (0: none). */
+static int prefetchable(const ent *e, const group_ctx *c, int *out)
+{
+    const gen *g = e->g;
+    const kir_kernel *k = g->e.k;
+    int n = 0;
+    if (!c->prefetch || e->smem || e->stored)
+        return 0;
+    for (int i = 0; i < k->n_insts; i++)
+        if (c->need[i] && k->insts[i].op == KIR_LOAD && !g->writable_input[k->insts[i].a]) {
+            if ((n + 1) * c->group > PREFETCH_MAX)
+                return 0;
+            out[n++] = i;
+        }
+    return n;
+}
+
+/* Group u's prefetchable loads at positions from, from + step, ... (clamped to end - 1, which
+ * the caller guarantees is a position) into the allocas slots[u * np + p]. */
+static bool prefetch_group(ent *e, rowc *r, LLVMValueRef from, LLVMValueRef step, LLVMValueRef end, int n,
+                           const int *pf, int np, LLVMValueRef *slots)
+{
+    gen *g = e->g;
+    LLVMBuilderRef b = g->e.b;
+    LLVMValueRef last = LLVMBuildSub(b, end, ki64(g, 1), "");
+    for (int u = 0; u < n; u++) {
+        site s;
+        LLVMValueRef j = LLVMBuildAdd(b, from, LLVMBuildMul(b, step, ki64(g, u), ""), "");
+        if (!site_begin(e, r, umin64(g, j, last), &s))
+            return false;
+        for (int q = 0; q < np; q++)
+            LLVMBuildStore(b, ev(&s, pf[q]), slots[u * np + q]);
+        free(s.val);
+    }
+    return true;
+}
+
 static bool positions(ent *e, rowc *r, LLVMValueRef first, LLVMValueRef step, LLVMValueRef end, site_fn pre,
                       site_fn body, group_ctx *c)
 {
     gen *g = e->g;
     LLVMBuilderRef b = g->e.b;
+    int n = c->group, pf[PREFETCH_MAX], np = prefetchable(e, c, pf);
+    LLVMValueRef slots[PREFETCH_MAX];
+    bool ok = true;
+    LLVMValueRef span = LLVMBuildMul(b, step, ki64(g, n - 1), "");
+    for (int u = 0; u < n * np; u++)
+        slots[u] = entry_alloca(e, cg_ty_of(&g->e, g->e.k->insts[pf[u % np]].type));
+    if (np) { /* the first group's loads */
+        LLVMBasicBlockRef c0 = cg_if_begin(&g->e, LLVMBuildICmp(b, LLVMIntULT, LLVMBuildAdd(b, first, span, ""), end, ""),
+                                           "prefetch");
+        ok = prefetch_group(e, r, first, step, end, n, pf, np, slots);
+        cg_if_end(&g->e, c0);
+    }
     LLVMValueRef var = entry_alloca(e, g->e.t_i64);
     LLVMBuildStore(b, first, var);
     LLVMBasicBlockRef head = block(e, "group"), body_bb = block(e, "group_body"), out = block(e, "group_out");
     LLVMBuildBr(b, head);
     LLVMPositionBuilderAtEnd(b, head);
     LLVMValueRef i = LLVMBuildLoad2(b, g->e.t_i64, var, "");
-    int n = c->group;
-    LLVMValueRef last = LLVMBuildAdd(b, i, LLVMBuildMul(b, step, ki64(g, n - 1), ""), "");
+    LLVMValueRef last = LLVMBuildAdd(b, i, span, "");
     LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntULT, last, end, ""), body_bb, out);
     LLVMPositionBuilderAtEnd(b, body_bb);
     site s[WIDE_GROUP];
-    for (int u = 0; u < n; u++)
+    for (int u = 0; u < n; u++) {
         site_begin(e, r, LLVMBuildAdd(b, i, LLVMBuildMul(b, step, ki64(g, u), ""), ""), &s[u]);
-    bool ok = run_sites(s, n, pre, body, c);
-    LLVMBuildStore(b, LLVMBuildAdd(b, i, LLVMBuildMul(b, step, ki64(g, n), ""), ""), var);
+        for (int q = 0; q < np && s[u].val; q++)
+            s[u].val[pf[q]] = LLVMBuildLoad2(b, cg_ty_of(&g->e, g->e.k->insts[pf[q]].type), slots[u * np + q], "");
+    }
+    LLVMValueRef next = LLVMBuildAdd(b, i, LLVMBuildMul(b, step, ki64(g, n), ""), "");
+    if (np) /* the next group's loads (clamped to the row: the last ones only repeat) */
+        ok = prefetch_group(e, r, next, step, end, n, pf, np, slots) && ok;
+    ok = run_sites(s, n, pre, body, c) && ok;
+    LLVMBuildStore(b, next, var);
     no_unroll(g, LLVMBuildBr(b, head));
     LLVMPositionBuilderAtEnd(b, out);
     loop l;
@@ -961,6 +1026,9 @@ static bool lane_acc(ent *e, rowc *r, int st, int n, LLVMValueRef first, LLVMVal
     gen *g = e->g;
     LLVMBuilderRef b = g->e.b;
     group_ctx c = {.group = group, .st = st, .n_st = n, .stores = stores};
+    /* the column entry's lanes are few, so their loads go a group ahead (positions), where its
+     * block leaves the registers for it (more threads than 256 would make ptxas spill them) */
+    c.prefetch = e->cols && g->cols_threads <= 256;
     for (int q = 0; q < n; q++) {
         int comb = g->e.k->stages[st + q].combiner, t = stage_type(g->e.k, st + q);
         c.sacc[q] = entry_alloca(e, cg_ty_of(&g->e, t));
@@ -1696,6 +1764,7 @@ static bool emit_cols(gen *g)
 {
     ent e;
     ent_begin(g, &e, CG_PTX_ENTRY_COLS);
+    e.cols = true;
     LLVMBuilderRef b = g->e.b;
     const kir_kernel *k = g->e.k;
     LLVMValueRef col = LLVMBuildAnd(b, e.tid, ki64(g, (1 << g->cols_shift) - 1), ""),
