@@ -134,6 +134,41 @@ Test(cuda_mm, ptx_every_tile_f32)
     BT_LEAK_CHECK();
 }
 
+/* cp.async goes where cg_ptx_gemm_spec.async_mn says and nowhere else: f32 operands read along
+ * m/n on sm_80 and up, with a wait before the barriers. */
+Test(cuda_mm, ptx_async_copies_only_along_mn)
+{
+    static const struct {
+        int sm, am, bm, copies; /* 16-byte copies expected in the PTX (0: none, no wait) */
+        burnc_dtype_t dt;
+    } cases[] = {
+        {90, CG_GEMM_VEC_MN, CG_GEMM_VEC_MN, 1, BURNC_DTYPE_F32}, {80, CG_GEMM_VEC_K, CG_GEMM_VEC_MN, 1, BURNC_DTYPE_F32},
+        {90, CG_GEMM_VEC_K, CG_GEMM_VEC_K, 0, BURNC_DTYPE_F32},   {75, CG_GEMM_VEC_MN, CG_GEMM_VEC_MN, 0, BURNC_DTYPE_F32},
+        {90, CG_GEMM_VEC_MN, CG_GEMM_VEC_MN, 0, BURNC_DTYPE_F64}, {90, CG_GEMM_VEC_MN, CG_GEMM_VEC_MN, 0, BURNC_DTYPE_BF16},
+    };
+    int t = 9;
+    cr_assert(CG_PTX_GEMM_TILES[t].async_mn, "tile %d is the cp.async tile", t);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cg_ptx_gemm_spec s = cg_ptx_gemm_tile_spec(t, cases[i].sm, cases[i].dt, cases[i].am, cases[i].bm);
+        char *ptx = NULL, err[1024] = "";
+        size_t size = 0;
+        cr_assert(llvm_api()->compile_ptx_gemm(&s, &ptx, &size, err, sizeof err), "case %zu: %s", i, err);
+        bool copies = strstr(ptx, "cp.async.cg.shared.global") != NULL, waits = strstr(ptx, "cp.async.wait_all") != NULL;
+        cr_assert_eq(copies, cases[i].copies != 0, "case %zu: cp.async %s", i, copies ? "present" : "missing");
+        cr_assert_eq(waits, copies, "case %zu: a copy without its wait, or the reverse", i);
+        cr_assert(!strstr(ptx, "cp.async.ca"), "case %zu: a 4-byte copy", i);
+        free(ptx);
+    }
+    /* the same tile without the flag stages through registers */
+    cg_ptx_gemm_spec s = cg_ptx_gemm_tile_spec(t, 90, BURNC_DTYPE_F32, CG_GEMM_VEC_MN, CG_GEMM_VEC_MN);
+    s.async_mn = false;
+    char *ptx = NULL, err[1024] = "";
+    size_t size = 0;
+    cr_assert(llvm_api()->compile_ptx_gemm(&s, &ptx, &size, err, sizeof err), "%s", err);
+    cr_assert(!strstr(ptx, "cp.async"), "cp.async without async_mn");
+    free(ptx);
+}
+
 Test(cuda_mm, ptx_dtypes_and_modes)
 {
     static const burnc_dtype_t dts[4] = {BURNC_DTYPE_F32, BURNC_DTYPE_F64, BURNC_DTYPE_F16, BURNC_DTYPE_BF16};
