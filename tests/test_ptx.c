@@ -789,6 +789,58 @@ static void report_entry(const char *ptx, const char *kernel, const char *entry,
     }
 }
 
+/* The deep MLP's LayerNorm forward + GELU as fusion makes it: y = x + bias, the row's mean and
+ * variance, x-hat, z = x-hat g + b and gelu(z), all three stored (autodiff keeps them). */
+static void ln_gelu_kernel(kir_kernel *k, burnc_dtype_t dt)
+{
+    kir_type t = kir_type_of(dt);
+    kir_init(k, 2, 1);
+    int x = in_slot(k, dt, "21"), bias = in_slot(k, dt, "01"), g = in_slot(k, dt, "01"), b = in_slot(k, dt, "01");
+    int o_hat = out_slot(k, dt, "21"), o_z = out_slot(k, dt, "21"), o_y = out_slot(k, dt, "21");
+    int32_t y = OP2(k, KIR_ADD, t, LD(k, x), LD(k, bias));
+    int32_t n = OP1(k, KIR_CONVERT, t, kir_emit(k, KIR_ROW_LEN, KIR_I64, -1, -1, -1));
+    int s1 = STAGE(k, KIR_COMBINE_SUM, y);
+    int32_t d = OP2(k, KIR_SUB, t, y, OP2(k, KIR_DIV, t, REDUCED(k, s1), n));
+    int s2 = STAGE(k, KIR_COMBINE_SUM, OP2(k, KIR_MUL, t, d, d));
+    int32_t var = OP2(k, KIR_ADD, t, OP2(k, KIR_DIV, t, REDUCED(k, s2), n), kir_emit(k, KIR_ARG, t, 0, -1, -1));
+    k->n_scalars = 1;
+    int32_t one = kir_emit(k, KIR_CONST, t, -1, -1, -1);
+    k->insts[one].imm.f = 1.0;
+    int32_t hat = OP2(k, KIR_MUL, t, d, OP2(k, KIR_DIV, t, one, OP1(k, KIR_SQRT, t, var)));
+    int32_t z = OP2(k, KIR_ADD, t, OP2(k, KIR_MUL, t, hat, LD(k, g)), LD(k, b));
+    STORE(k, o_hat, hat, false);
+    STORE(k, o_z, z, false);
+    STORE(k, o_y, kir_unary_op(k, IR_OP_GELU, t, z, NULL), false);
+    snprintf(k->name, sizeof k->name, "ln_gelu_%s", burnc_dtype_name(dt));
+}
+
+/* The warp-per-row entry of f32 kernels is capped at 64 registers (4 blocks of 256 threads an
+ * SM); f64 kernels are not. Under the cap ptxas 13.0 keeps the deep MLP's LayerNorm forward +
+ * GELU within 12 bytes of spills (3 registers, in L1), which the H200 measured as faster than
+ * 72 registers at 3 blocks an SM; a larger spill would have to be measured again. */
+Test(ptx, rows_warp_entry_at_64_registers)
+{
+    need_ptxas();
+    for (int f64 = 0; f64 < 2; f64++) {
+        kir_kernel k;
+        ln_gelu_kernel(&k, f64 ? BURNC_DTYPE_F64 : BURNC_DTYPE_F32);
+        char *ptx = gen_ptx(&k, NULL);
+        char key[64];
+        snprintf(key, sizeof key, ".entry %s(", CG_PTX_ENTRY_ROWS_WARP);
+        const char *at = strstr(ptx, key), *body = at ? strchr(at, '{') : NULL;
+        cr_assert(body, "%s: no %s entry", k.name, CG_PTX_ENTRY_ROWS_WARP);
+        const char *cap = strstr(at, ".maxnreg 64");
+        cr_assert_eq(cap && cap < body, !f64, "%s: the warp-per-row entry is %scapped", k.name, f64 ? "" : "not ");
+        int regs = -1, spills = -1;
+        if (!f64 && ptxas_usage(ptx, CG_PTX_ENTRY_ROWS_WARP, &regs, &spills)) {
+            printf("ptx %s %s: %d registers, %d bytes spilled\n", k.name, CG_PTX_ENTRY_ROWS_WARP, regs, spills);
+            cr_assert(regs <= 64 && spills <= 16, "%s: %d registers, %d bytes spilled", k.name, regs, spills);
+        }
+        free(ptx);
+        kir_free(&k);
+    }
+}
+
 Test(ptx, bench_kernels)
 {
     need_ptxas();
