@@ -25,7 +25,8 @@
  * reads (its inputs, its output). With BURNC_CHECKPOINT_BALANCED, memory-bound nodes
  * (element-wise, views, copies, index ops) keep no tracked value: when a rule needs one,
  * backward replays the op from its inputs' values, recursively, and caches the result until
- * that node has been processed. Compute-bound nodes (matmul, reductions) keep their outputs, so
+ * that node has been processed. Compute-bound nodes (matmul, reductions, and element-wise ops
+ * dearer to recompute than to reread, such as gelu: rules.c, costly) keep their outputs, so
  * the recursion stops there, at leaves, and at untracked inputs (which a memory-bound node
  * keeps, being unable to recompute them). Element-wise results are bitwise the same however
  * they are fused, and reductions are never recomputed, so the gradients are bitwise the same

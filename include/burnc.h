@@ -574,7 +574,7 @@ typedef struct burnc_grads burnc_grads_t;
 
 typedef enum burnc_checkpointing {
     BURNC_CHECKPOINT_NONE = 0,     /* keep every output the backward pass needs */
-    BURNC_CHECKPOINT_BALANCED = 1, /* recompute memory-bound ops' outputs during backward */
+    BURNC_CHECKPOINT_BALANCED = 1, /* recompute cheap ops' outputs during backward */
 } burnc_checkpointing_t;
 
 /* A new handle on the same compute resource whose new tensors track gradients once they (or
@@ -588,9 +588,10 @@ BURNC_API burnc_device_t *burnc_device_without_autodiff(burnc_device_t *dev);
 BURNC_API bool burnc_device_is_autodiff(const burnc_device_t *dev);
 /* Turns on BURNC_CHECKPOINT_BALANCED for the nodes recorded from now on by tensors of this
  * handle: element-wise and movement ops keep no values and are recomputed from their inputs
- * during backward; matmul and reductions keep their outputs. Gradients are bitwise the same as
- * without it (recomputing gives the same bits); peak memory is lower. BURNC_ERR_INVALID_ARGUMENT
- * on a NULL device or one without autodiff. */
+ * during backward; matmul, reductions and the element-wise ops that cost more to compute than
+ * to store and read back (gelu and pow: over 128 instructions an element) keep their outputs.
+ * Gradients are bitwise the same as without it (recomputing gives the same bits); peak memory
+ * is lower. BURNC_ERR_INVALID_ARGUMENT on a NULL device or one without autodiff. */
 BURNC_API burnc_status_t burnc_device_gradient_checkpointing(burnc_device_t *dev);
 /* The handle's strategy (BURNC_CHECKPOINT_NONE for a plain or NULL device). */
 BURNC_API burnc_checkpointing_t burnc_device_gradient_checkpointing_strategy(const burnc_device_t *dev);

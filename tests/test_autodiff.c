@@ -939,6 +939,63 @@ Test(autodiff, checkpointing_gives_identical_gradients_and_lower_peak_on_device)
     BT_LEAK_CHECK();
 }
 
+/* d/dx sum(exp(gelu(2 x) + 1)) in f32 on spec, balanced or not. With checkpointing the gelu
+ * node keeps its output and replays 2 x, while exp and the add keep nothing (rules.c, costly). */
+static void gelu_chain_grad(const char *spec, bool balanced, float *out, int64_t n)
+{
+    burnc_device_t *plain = open_or_skip(spec), *ad = burnc_device_autodiff(plain);
+    if (balanced)
+        BT_ASSERT_OK(burnc_device_gradient_checkpointing(ad));
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)(i % 97) * 0.0625f - 3.0f;
+    burnc_tensor_t *x0 = burnc_tensor_from_data(ad, BURNC_DTYPE_F32, 1, &n, v);
+    burnc_tensor_t *x = burnc_tensor_require_grad(x0);
+    burnc_scope_begin();
+    burnc_tensor_t *z = burnc_mul_scalar(x, 2.0), *y = burnc_gelu(z), *e = burnc_exp(burnc_add_scalar(y, 1.0));
+    cr_assert_not_null(e, "%s", burnc_error_message());
+    cr_assert_eq(y->ad->out != NULL, balanced || (ad_rule_of(IR_OP_GELU).needs & AD_OUT), "gelu's output kept");
+    if (balanced) {
+        cr_assert(!y->ad->recompute && z->ad->recompute && e->ad->recompute && !e->ad->out,
+                  "balanced: gelu should keep its output, the multiply and exp recompute theirs");
+        cr_assert_null(y->ad->in[0].value, "balanced: gelu keeps its input though the multiply replays it");
+    }
+    burnc_tensor_t *loss = burnc_tensor_keep(burnc_sum(e, 0, NULL, false));
+    burnc_scope_end();
+    burnc_grads_t *g = burnc_backward(loss);
+    cr_assert_not_null(g, "%s", burnc_error_message());
+    burnc_tensor_t *gx = burnc_grad(g, x);
+    BT_ASSERT_OK(burnc_tensor_read(gx, out, (size_t)n * sizeof *out));
+    burnc_tensor_release(gx);
+    burnc_grads_release(g);
+    burnc_tensor_release(loss);
+    burnc_tensor_release(x);
+    burnc_tensor_release(x0);
+    free(v);
+    burnc_device_release(ad);
+    burnc_device_release(plain);
+}
+
+/* Balanced checkpointing keeps the outputs of element-wise ops dearer to recompute than to
+ * reread (gelu, pow), recomputes the cheap ones (exp, add), and the gradients stay bitwise the
+ * same. */
+Test(autodiff, balanced_checkpointing_keeps_costly_elementwise_outputs)
+{
+    cr_assert(ad_rule_of(IR_OP_GELU).needs & AD_COMPUTE, "gelu");
+    cr_assert(ad_rule_of(IR_OP_POW).needs & AD_COMPUTE, "pow");
+    cr_assert(!(ad_rule_of(IR_OP_EXP).needs & AD_COMPUTE), "exp");
+    cr_assert(!(ad_rule_of(IR_OP_ADD).needs & AD_COMPUTE), "add");
+    cr_assert(!(ad_rule_of(IR_OP_CAST).needs & AD_COMPUTE), "cast");
+    enum { N = 4099 };
+    static float plain[N], kept[N];
+    gelu_chain_grad(test_device(), false, plain, N);
+    gelu_chain_grad(test_device(), true, kept, N);
+    for (int i = 0; i < N; i++)
+        cr_assert(memcmp(&plain[i], &kept[i], sizeof *kept) == 0, "gradient %d: %.9g balanced, %.9g without", i,
+                  (double)kept[i], (double)plain[i]);
+    BT_LEAK_CHECK();
+}
+
 /* The header's example, checked against 2/(B N) x^T (x w - y). */
 Test(autodiff, header_example_least_squares_step)
 {
