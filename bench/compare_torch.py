@@ -392,6 +392,10 @@ def report_train(burnc, notes, torch_res):
               "torch.compile %.3f ms; burnc fused vs PyTorch eager %.2fx, vs torch.compile %.2fx"
               % (name, f, e, e / f, TRAIN_TARGET, mark(e / f >= TRAIN_TARGET), t["eager_ms"], t["compile_ms"],
                  t["eager_ms"] / f, t["compile_ms"] / f))
+        if "step fused, balanced ckpt" in b:
+            c = b["step fused, balanced ckpt"]
+            print("%-10s with balanced checkpointing: burnc fused %.3f ms (%.2fx its step without), vs PyTorch "
+                  "eager %.2fx" % ("", c, f / c, t["eager_ms"] / c))
         if "peak MB, no checkpointing" in b:
             print("%-10s peak: burnc forward+backward %.0f MB (balanced checkpointing %.0f MB); PyTorch eager step "
                   "%.0f MB" % ("", b["peak MB, no checkpointing"], b["peak MB, balanced"], t["eager_peak_mb"]))

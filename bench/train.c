@@ -383,6 +383,23 @@ static int spawn_peak(const bench_ctx *ctx, bool ckpt, unsigned long long *peak,
     return 0;
 }
 
+/* The fused step on ad with balanced checkpointing turned on (for the nodes recorded from now). */
+static int time_balanced(bench_ctx *ctx, bench_result *out, burnc_device_t *ad, const model *m, deep_sizes s, int reps)
+{
+    burnc_tensor_t *x = NULL, *y = NULL;
+    burnc_optim_t *opt = burnc_optim_adam(1e-4, 0.9, 0.999, 1e-8, 0);
+    int rc = !opt || burnc_device_gradient_checkpointing(ad) != BURNC_OK || make_batch(ad, m, s.batch, s.width, &x, &y);
+    double ms = rc ? -1 : median_steps(m, opt, x, y, ctx->dev, true, 2, reps);
+    if (ms < 0)
+        rc = bench_error("train_deep: the step with balanced checkpointing");
+    else
+        add_metric(out, "step fused, balanced ckpt", ms, "ms", TARGET_NONE, 0);
+    burnc_tensor_release(x);
+    burnc_tensor_release(y);
+    burnc_optim_release(opt);
+    return rc;
+}
+
 int run_train_deep(bench_ctx *ctx, bench_result *out)
 {
     deep_sizes s = deep_sizes_get();
@@ -394,8 +411,11 @@ int run_train_deep(bench_ctx *ctx, bench_result *out)
         rc = deep_build(ad, s, &m);
     }
     /* a full-size step takes seconds on a small machine: fewer warm-up steps and repetitions */
+    int reps = ctx->reps < 3 ? ctx->reps : 3;
     if (!rc)
-        rc = time_steps(ctx, out, ad, &m, s.batch, s.width, 2, ctx->reps < 3 ? ctx->reps : 3);
+        rc = time_steps(ctx, out, ad, &m, s.batch, s.width, 2, reps);
+    if (!rc) /* the same steps with balanced checkpointing: what recomputing costs */
+        rc = time_balanced(ctx, out, ad, &m, s, reps);
     model_free(&m);
     burnc_device_release(ad);
     unsigned long long peak[2], hash[2];
