@@ -670,16 +670,7 @@ static bool costly(int op)
     static atomic_int insts[IR_OP_COUNT]; /* measured once; 0: not yet */
     int n = atomic_load(&insts[op]);
     if (!n) {
-        kir_kernel s;
-        kir_init(&s, 1, 1);
-        int32_t x = kir_const_f(&s, KIR_F32, 0.5), sc[2] = {x, x};
-        int before = s.n_insts;
-        if (ir_op_class((ir_op)op) == IR_CLASS_UNARY)
-            kir_unary_op(&s, (ir_op)op, KIR_F32, x, sc);
-        else
-            kir_binary_op(&s, (ir_op)op, KIR_F32, x, x);
-        n = s.n_insts - before + 1;
-        kir_free(&s);
+        n = kir_op_insts((ir_op)op, KIR_F32, BURNC_DTYPE_F32);
         atomic_store(&insts[op], n);
     }
     return n > KEEP_INSTS;

@@ -105,20 +105,8 @@ static int measure(part *p, const ir_record *r)
     kir_type t = kir_type_of(r->compute);
     bool half = r->dtype == BURNC_DTYPE_F16 || r->dtype == BURNC_DTYPE_BF16;
     int *slot = &p->est[r->op][t][half];
-    if (*slot)
-        return *slot;
-    kir_kernel s;
-    kir_init(&s, 1, 1);
-    bool fl = kir_type_is_float(t);
-    int32_t x = fl ? kir_const_f(&s, t, 0.5) : kir_const_i(&s, t, 1);
-    int32_t sc[2] = {x, x};
-    int before = s.n_insts;
-    if (ir_op_class(r->op) == IR_CLASS_UNARY)
-        kir_unary_op_to(&s, r->op, t, x, sc, r->dtype);
-    else
-        kir_binary_op(&s, r->op, t, x, x);
-    *slot = s.n_insts - before + 1;
-    kir_free(&s);
+    if (!*slot)
+        *slot = kir_op_insts(r->op, t, r->dtype);
     return *slot;
 }
 

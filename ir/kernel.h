@@ -256,6 +256,10 @@ int32_t kir_unary_op(kir_kernel *k, ir_op op, kir_type t, int32_t x, const int32
  * has a form accurate just to a 16-bit result (gelu), f16 and bf16 results take it. */
 int32_t kir_unary_op_to(kir_kernel *k, ir_op op, kir_type t, int32_t x, const int32_t *scalars, burnc_dtype_t to);
 int32_t kir_binary_op(kir_kernel *k, ir_op op, kir_type t, int32_t a, int32_t b);
+/* The instructions element-wise op `op` (unary or binary) expands to for one element of
+ * compute type t rounded to `to` next, constants included: built into a scratch kernel, so a
+ * bound on it counts what codegen sees. */
+int kir_op_insts(ir_op op, kir_type t, burnc_dtype_t to);
 /* Philox 4x32-10 word `word` (0..3) for a 64-bit counter and key given as U64 values. */
 int32_t kir_philox(kir_kernel *k, int32_t counter, int32_t key, int word);
 

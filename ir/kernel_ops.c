@@ -211,6 +211,21 @@ int32_t kir_unary_op(kir_kernel *k, ir_op op, kir_type t, int32_t x, const int32
     }
 }
 
+int kir_op_insts(ir_op op, kir_type t, burnc_dtype_t to)
+{
+    kir_kernel s;
+    kir_init(&s, 1, 1);
+    int32_t x = kir_type_is_float(t) ? kir_const_f(&s, t, 0.5) : kir_const_i(&s, t, 1), sc[2] = {x, x};
+    int before = s.n_insts;
+    if (ir_op_class(op) == IR_CLASS_UNARY)
+        kir_unary_op_to(&s, op, t, x, sc, to);
+    else
+        kir_binary_op(&s, op, t, x, x);
+    int n = s.n_insts - before + 1;
+    kir_free(&s);
+    return n;
+}
+
 /* Comparisons and logical ops give BOOL, the rest t. */
 int32_t kir_binary_op(kir_kernel *k, ir_op op, kir_type t, int32_t a, int32_t b)
 {
