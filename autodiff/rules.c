@@ -163,15 +163,10 @@ RULE(relu)
     gin[0] = burnc_where(T(burnc_gt_scalar(IN(0), 0)), g, T(zero_like(g)));
     END(0);
 }
-RULE(gelu) /* Phi(x) + x phi(x) */
+RULE(gelu) /* Phi(x) + x phi(x), one op: no cancellation in 1 + erf for x << 0 */
 {
     BEGIN;
-    burnc_tensor_t *x = IN(0);
-    burnc_tensor_t *cdf = T(burnc_mul_scalar(T(burnc_add_scalar(T(burnc_erf(T(burnc_mul_scalar(x, M_SQRT1_2)))), 1)),
-                                             0.5));
-    burnc_tensor_t *pdf = T(burnc_mul_scalar(T(burnc_exp(T(burnc_mul_scalar(T(burnc_mul(x, x)), -0.5)))),
-                                             0.5 * M_2_SQRTPI * M_SQRT1_2));
-    gin[0] = burnc_mul(g, T(burnc_add(cdf, T(burnc_mul(x, pdf)))));
+    gin[0] = burnc_mul(g, T(burnc_gelu_grad(IN(0))));
     END(0);
 }
 RULE(silu) /* s (1 + x (1 - s)) */
@@ -703,7 +698,7 @@ static const unary_fn unary_fns[IR_OP_COUNT] = {
     [IR_OP_SQRT] = burnc_sqrt, [IR_OP_RSQRT] = burnc_rsqrt, [IR_OP_RECIPROCAL] = burnc_reciprocal,
     [IR_OP_SIN] = burnc_sin, [IR_OP_COS] = burnc_cos, [IR_OP_TAN] = burnc_tan, [IR_OP_TANH] = burnc_tanh,
     [IR_OP_SIGMOID] = burnc_sigmoid, [IR_OP_RELU] = burnc_relu, [IR_OP_GELU] = burnc_gelu, [IR_OP_SILU] = burnc_silu,
-    [IR_OP_ERF] = burnc_erf,
+    [IR_OP_GELU_GRAD] = burnc_gelu_grad, [IR_OP_ERF] = burnc_erf,
 };
 static const binary_fn binary_fns[IR_OP_COUNT] = {
     [IR_OP_ADD] = burnc_add, [IR_OP_SUB] = burnc_sub, [IR_OP_MUL] = burnc_mul, [IR_OP_DIV] = burnc_div,

@@ -244,6 +244,8 @@ int32_t kir_erfc(kir_kernel *k, int32_t x);
  * is accurate only to what a result rounded to f16 or bf16 next needs, for half the work. */
 int32_t kir_gelu(kir_kernel *k, int32_t x);
 int32_t kir_gelu16(kir_kernel *k, int32_t x);
+/* gelu's derivative Phi(x) + x phi(x), f32 only (f64: ir/kernel_ops.c composes it from erfc). */
+int32_t kir_gelu_grad(kir_kernel *k, int32_t x);
 int32_t kir_sigmoid(kir_kernel *k, int32_t x);
 int32_t kir_atan2(kir_kernel *k, int32_t y, int32_t x);
 int32_t kir_pow(kir_kernel *k, int32_t x, int32_t y);

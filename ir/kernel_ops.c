@@ -145,6 +145,33 @@ static int32_t gelu(kir_kernel *k, kir_type t, int32_t x)
     return bin(k, KIR_MUL, t, bin(k, KIR_MUL, t, cst(k, t, 0.5), x), s);
 }
 
+/* gelu'(x) = Phi(x) + x phi(x). f32 is kir_gelu_grad (ir/math.c: one exp, no erf). f64, step
+ * for step as scalar.c's gelu_grad: Phi(x) = erfc(th + tl) / 2 as in gelu above, and
+ * phi(x) = e^(-p) (1 - pl - 2 th tl) / sqrt(2 pi), since x^2/2 = (th + tl)^2 and th^2 = p + pl
+ * (rounding th^2 would cost up to 9 bits of e^(-x^2/2) near underflow); e^(-p) is multiplied
+ * last, so a subnormal x phi(x) is rounded once more only. From |x| = 40 on
+ * (where th tl could overflow) gelu' rounds to its limits, 1 and -0. */
+static int32_t gelu_grad(kir_kernel *k, kir_type t, int32_t x)
+{
+    if (t == KIR_F32)
+        return kir_gelu_grad(k, x);
+    int32_t c_hi = cst(k, t, 0x1.6a09e667f3bcdp-1), c_lo = cst(k, t, -0x1.bdd3413b26456p-55);
+    int32_t nx = un(k, KIR_NEG, t, x);
+    int32_t th = bin(k, KIR_MUL, t, nx, c_hi);
+    int32_t tl = kir_emit(k, KIR_FMA, t, nx, c_lo, kir_emit(k, KIR_FMA, t, nx, c_hi, un(k, KIR_NEG, t, th)));
+    int32_t p = bin(k, KIR_MUL, t, th, th);
+    int32_t pl = kir_emit(k, KIR_FMA, t, th, th, un(k, KIR_NEG, t, p)); /* th^2 = p + pl */
+    int32_t d = kir_exp(k, un(k, KIR_NEG, t, p));
+    int32_t u = bin(k, KIR_MUL, t, tl, cst(k, t, 0x1.20dd750429b6dp+0)); /* 2/sqrt pi */
+    int32_t s = kir_emit(k, KIR_FMA, t, un(k, KIR_NEG, t, u), d, kir_erfc(k, th));
+    int32_t corr = kir_emit(k, KIR_FMA, t, bin(k, KIR_MUL, t, cst(k, t, -2.0), th), tl,
+                            bin(k, KIR_SUB, t, cst(k, t, 1.0), pl));
+    int32_t xc = bin(k, KIR_MUL, t, bin(k, KIR_MUL, t, x, cst(k, t, 0x1.9884533d43651p-2)), corr); /* 1/sqrt(2 pi) */
+    int32_t r = kir_emit(k, KIR_FMA, t, xc, d, bin(k, KIR_MUL, t, cst(k, t, 0.5), s));
+    int32_t lim = sel(k, t, cmp(k, KIR_GT, x, cst(k, t, 0.0)), cst(k, t, 1.0), cst(k, t, -0.0));
+    return sel(k, t, cmp(k, KIR_GE, un(k, KIR_ABS, t, x), cst(k, t, 40.0)), lim, r);
+}
+
 /* ---- Element-wise ops -------------------------------------------------------------------- */
 
 /* Float-only ops (the recorder promotes integer inputs to a float dtype first). */
@@ -166,6 +193,7 @@ static int32_t unary_fp(kir_kernel *k, ir_op op, kir_type t, int32_t x)
     case IR_OP_TANH: return kir_tanh(k, x);
     case IR_OP_SIGMOID: return kir_sigmoid(k, x);
     case IR_OP_GELU: return gelu(k, t, x);
+    case IR_OP_GELU_GRAD: return gelu_grad(k, t, x);
     case IR_OP_SILU: return bin(k, KIR_MUL, t, x, kir_sigmoid(k, x));
     case IR_OP_ERF: return kir_erf(k, x);
     case IR_OP_FLOOR: return un(k, KIR_FLOOR, t, x);

@@ -72,6 +72,24 @@ static double gelu(double x)
     return 0.5 * x * s;
 }
 
+/* gelu'(x) = Phi(x) + x phi(x): Phi(x) = erfc(th + tl) / 2 as in gelu, phi(x) = e^(-p)
+ * (1 - pl - 2 th tl) / sqrt(2 pi) (x^2/2 = (th + tl)^2, th^2 = p + pl); its limits 1 and -0
+ * from |x| = 40 on. */
+static double gelu_grad(double x)
+{
+    static const double SQRT1_2 = 0x1.6a09e667f3bcdp-1, SQRT1_2_LO = -0x1.bdd3413b26456p-55;
+    static const double TWO_OVER_SQRTPI = 0x1.20dd750429b6dp+0, INV_SQRT_2PI = 0x1.9884533d43651p-2;
+    if (fabs(x) >= 40.0)
+        return x > 0 ? 1.0 : -0.0;
+    double th = -x * SQRT1_2;
+    double tl = fma(-x, SQRT1_2_LO, fma(-x, SQRT1_2, -th));
+    double p = th * th, pl = fma(th, th, -p);
+    double d = exp(-p);
+    double s = fma(-(tl * TWO_OVER_SQRTPI), d, erfc(th));
+    double xc = x * INV_SQRT_2PI * fma(-2.0 * th, tl, 1.0 - pl);
+    return fma(xc, d, 0.5 * s);
+}
+
 double ir_unary_f(ir_op op, double x, const double *scalar)
 {
     switch (op) {
@@ -94,6 +112,7 @@ double ir_unary_f(ir_op op, double x, const double *scalar)
     case IR_OP_SIGMOID: return sigmoid(x);
     case IR_OP_RELU: return maximum_f(x, 0.0);
     case IR_OP_GELU: return gelu(x);
+    case IR_OP_GELU_GRAD: return gelu_grad(x);
     case IR_OP_SILU: return x * sigmoid(x);
     case IR_OP_ERF: return erf(x);
     case IR_OP_FLOOR: return floor(x);

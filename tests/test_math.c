@@ -62,12 +62,42 @@ static long double gelu_l(long double x)
 }
 static double gelu_d(double x) { return (double)gelu_l(x); }
 
+/* gelu'(x) = Phi(x) + x phi(x), Phi from erfcl with the argument carried as in gelu_l. For
+ * x < 0 the two terms cancel (gelu' has a zero at x = -0.75179...): errors are measured in ulps
+ * of the larger of Phi(x) and |x| phi(x) there (gelu_grad_mag), the condition of that difference. */
+static long double gelu_grad_l(long double x)
+{
+    if (isinf(x))
+        return x > 0 ? 1.0L : -0.0L;
+    const long double s = 0xb504f333f9de6484p-64L, s_lo = 0x1.65f626cdd52bp-66L; /* 1/sqrt 2 */
+    long double th = -x * s;
+    long double tl = fmal(-x, s, -th) + -x * s_lo;
+    long double cdf = 0.5L * (erfcl(th) - tl * 1.1283791670955125738961589031215452L * expl(-th * th));
+    return cdf + x * expl(-0.5L * x * x) * 0.3989422804014326779399460599343819L;
+}
+static double gelu_grad_d(double x) { return (double)gelu_grad_l(x); }
+static long double gelu_grad_mag(long double x)
+{
+    if (isinf(x) || x >= 0)
+        return 0;
+    long double cdf = 0.5L * erfcl(-x * 0.7071067811865475244008443621048490L);
+    long double xpdf = -x * expl(-0.5L * x * x) * 0.3989422804014326779399460599343819L;
+    return cdf > xpdf ? cdf : xpdf;
+}
+
 /* gelu is an op, not a kir_ math function: its composition in ir/kernel_ops.c. */
 static int32_t gelu_op(kir_kernel *k, int32_t x)
 {
     if (x < 0 || x >= k->n_insts)
         return -1;
     return kir_unary_op(k, IR_OP_GELU, (kir_type)k->insts[x].type, x, NULL);
+}
+
+static int32_t gelu_grad_op(kir_kernel *k, int32_t x)
+{
+    if (x < 0 || x >= k->n_insts)
+        return -1;
+    return kir_unary_op(k, IR_OP_GELU_GRAD, (kir_type)k->insts[x].type, x, NULL);
 }
 
 /* One function under test. */
@@ -85,6 +115,13 @@ typedef struct mfn {
     int n_pts;
     double lo64, hi64;       /* interval for the uniform f64 samples */
 } mfn;
+
+/* What an error is measured in ulps of: the result, except for gelu' (gelu_grad_mag). */
+static long double mag_of(const mfn *f, long double x, long double ref)
+{
+    long double m = f->r64 == gelu_grad_l ? gelu_grad_mag(x) : 0;
+    return m > fabsl(ref) ? m : ref;
+}
 
 /* Inputs x < at (at < 0; {0, 0}: none) held to a bound of their own (gelu: see F_GELU). */
 typedef struct band {
@@ -143,13 +180,13 @@ static void mk_run(mk *m, const void *x, const void *y, void *out, int64_t n)
 /* ---- Error measure -------------------------------------------------------------------------- */
 
 /* |got - ref| in ulps of the format (precision p, smallest exponent emin) at ref. */
-static double ulp_err(long double got, long double ref, long double rounded, int p, int emin)
+static double ulp_err(long double got, long double ref, long double rounded, long double mag, int p, int emin)
 {
     if (isnan(ref) || isnan(got))
         return isnan(ref) && isnan(got) ? 0 : INFINITY;
     if (isinf(got) || isinf(rounded))
         return got == rounded ? 0 : INFINITY;
-    int e = ref == 0 ? emin : ilogbl(ref);
+    int e = mag == 0 ? emin : ilogbl(mag);
     if (e < emin)
         e = emin;
     return (double)(fabsl(got - ref) / ldexpl(1.0L, e - (p - 1)));
@@ -222,7 +259,7 @@ static void flush32(mk *m, const mfn *f, band bd, batch32 *b, worst w[2])
             continue;
         }
         double ref = f->u ? f->r32(x) : f->r32b(x, y);
-        note(&w[in_band(bd, x)], ulp_err(got, ref, (float)ref, 24, -126), x, y, got, ref);
+        note(&w[in_band(bd, x)], ulp_err(got, ref, (float)ref, mag_of(f, x, ref), 24, -126), x, y, got, ref);
     }
     b->n = 0;
 }
@@ -316,7 +353,7 @@ static void flush64(mk *m, const mfn *f, band bd, batch64 *b, worst w[2])
             continue;
         }
         long double ref = f->u ? f->r64(x) : f->r64b(x, y);
-        note(&w[in_band(bd, x)], ulp_err(got, ref, (double)ref, 53, -1022), x, y, got, (double)ref);
+        note(&w[in_band(bd, x)], ulp_err(got, ref, (double)ref, mag_of(f, x, ref), 53, -1022), x, y, got, (double)ref);
     }
     b->n = 0;
 }
@@ -430,6 +467,11 @@ static const mfn F_GELU = {"gelu", gelu_op, NULL, gelu_d, gelu_l, NULL, NULL, 3.
                            PTS(0x1p-20, -0.70710678, 0.70710678, -1.41421356, -3.5355339, -13.0, -14.21,
                                -14.23, -37.5, -38.5, 0x1p-126),
                            -40, 10};
+static const mfn F_GELU_GRAD = {"gelu_grad", gelu_grad_op, NULL, gelu_grad_d, gelu_grad_l, NULL, NULL, 4.0, 5.0,
+                                0, 0,
+                                PTS(0x1p-20, -0.75179, -0.5, 0.5, -2.0, 2.0, -5.5, -13.0, -14.42, -14.5, 14.5, -37.5,
+                                    -38.5, 0x1p-126),
+                                -40, 10};
 static const mfn F_SIGMOID = {"sigmoid", kir_sigmoid, NULL, sigmoid_d, sigmoid_l, NULL, NULL, 1.0, 1.0, 0, 0,
                               PTS(0x1p-20, -0x1p-20, -87.0, -103.5, 16.6, -745.0, 36.7, -708.0),
                               -750, 40};
@@ -488,7 +530,7 @@ static void sweep16(burnc_dtype_t dt, int p, int emin, double bound)
         double xv = h ? ir_f16_to_f64(x[i]) : ir_bf16_to_f64(x[i]), got = h ? ir_f16_to_f64(y[i]) : ir_bf16_to_f64(y[i]);
         long double ref = gelu_l(xv);
         double rounded = h ? ir_f16_to_f64(ir_f64_to_f16((double)ref)) : ir_bf16_to_f64(ir_f64_to_bf16((double)ref));
-        double err = ulp_err(got, ref, rounded, p, emin);
+        double err = ulp_err(got, ref, rounded, ref, p, emin);
         note(&w, err, xv, 0, got, (double)ref);
         off += !isnan(got) && got != rounded && !(got == 0 && rounded == 0);
     }
@@ -520,6 +562,22 @@ Test(math, GELU_f32, .timeout = 120)
 Test(math, GELU_f64, .timeout = 120)
 {
     sample64(&F_GELU, GELU_BAND64);
+    BT_LEAK_CHECK();
+}
+/* gelu', as an op: one exp, a division and a polynomial (f32), erfc and exp (f64), in ulps of
+ * the result, or for x < 0 of the larger of Phi(x) and |x| phi(x) (their difference cancels
+ * near gelu's minimum). Where the result is subnormal or nearly so (x < -13.2 for f32, -37.5 for
+ * f64) the bound is in units of the smallest subnormal: f32 rounds there once; f64 rounds
+ * e^(-x^2/2) there, half a unit that |x| / sqrt(2 pi) (up to 16) multiplies. */
+static const band GELU_GRAD_BAND32 = {-13.2, 4.0}, GELU_GRAD_BAND64 = {-37.5, 16.0};
+Test(math, GELU_GRAD_f32, .timeout = 120)
+{
+    sweep32(&F_GELU_GRAD, GELU_GRAD_BAND32);
+    BT_LEAK_CHECK();
+}
+Test(math, GELU_GRAD_f64, .timeout = 120)
+{
+    sample64(&F_GELU_GRAD, GELU_GRAD_BAND64);
     BT_LEAK_CHECK();
 }
 ACCURACY_TESTS(SIGMOID)
@@ -675,6 +733,9 @@ Test(math, specials_erfc_gelu)
                     {-40.0, 0, -0.0}, {40.0, 0, 40.0}, {3e38, 0, 3e38},  {-3e38, 0, -0.0},
                     {0x1p-126, 0, 0x1p-127}};
     check_specials(&F_GELU, g, COUNT(g));
+    const sv d[] = {{QNAN, 0, QNAN}, {INF, 0, 1.0},    {-INF, 0, -0.0},  {0.0, 0, 0.5},     {-0.0, 0, 0.5},
+                    {40.0, 0, 1.0},  {-40.0, 0, -0.0}, {3e38, 0, 1.0},   {-3e38, 0, -0.0}};
+    check_specials(&F_GELU_GRAD, d, COUNT(d));
     BT_LEAK_CHECK();
 }
 
