@@ -375,6 +375,31 @@ def fit_erfc(ty, pieces=None, near=erfc_near, words=2):
     return out
 
 
+# f32 gelu' (ir/math.c: kir_gelu_grad): Q(a) = Phi(-a) e^(a^2/2) = t F(t), t = 2 / (2 + a) for a in
+# [0, 14.5], F a polynomial in s = t - 1 with F(1) = Q(0) = 1/2 held exactly (gelu'(0) = 1/2).
+# Weight 1/F: an error d in F is a relative error d of Q. The coefficients are rounded one at a
+# time from c1 up, refitting the rest (fit_rounded without its fallback; degree 11 is where that
+# refit does best, 2^-25.7).
+GELUD_DEG = 11
+
+
+def gelud_f(s):
+    t = s + 1
+    a = 2 / t - 2
+    return erfcx_dec(a / D(2).sqrt()) / 2 / t
+
+
+def fit_gelud():
+    w = lambda s: 1 / gelud_f(s)
+    lo, hi = D(2) / D("16.5") - 1, D(0)
+    fixed = [D("0.5")]
+    for j in range(1, GELUD_DEG + 1):
+        if j < GELUD_DEG - 1:
+            c = remez(gelud_f, w, lo, hi, GELUD_DEG, 1200, 25, fixed)[1]
+        fixed.append(D(round_to(c[j], "f32")))
+    return fixed, rounded_error(gelud_f, w, lo, hi, fixed, 3000)
+
+
 def c_lit(v, ty):
     if ty == "f64":
         return float(v).hex()
@@ -411,10 +436,14 @@ def constants():
 
 
 def main():
-    names = sys.argv[1:] or list(FITS) + ["erfc_f32", "erfc_f64", "gelu_f32", "gelu16_f32", "constants"]
+    names = sys.argv[1:] or list(FITS) + ["erfc_f32", "erfc_f64", "gelu_f32", "gelu16_f32", "gelud_f32", "constants"]
     for name in names:
         if name == "constants":
             constants()
+        elif name == "gelud_f32":
+            cr, er = fit_gelud()
+            print(f"/* gelud_f32: rounded 2^{float(er.ln() / LN2):.1f} */")
+            print("static const double GELUD_F32[] = {" + ", ".join(float(x).hex() for x in cr) + "};")
         elif name.startswith("erfc_") or name.startswith("gelu"):
             ty, tbl = (name[5:], "ERFC") if name.startswith("erfc_") else ("f32", name[:-4].upper())
             if tbl == "ERFC":
