@@ -123,30 +123,42 @@ static int32_t truth(kir_kernel *k, kir_type t, int32_t x)
     return t == KIR_BOOL ? x : cmp(k, KIR_NE, x, cst(k, t, 0));
 }
 
-/* f32 gelu is kir_gelu (ir/math.c, division-free). f64: gelu x = (0.5 x) erfc(t), t = -x / sqrt 2,
- * step for step as scalar.c's gelu. erfc's relative condition number is 2 t^2, so t rounded to
- * the type would cost up to 11 bits near f64's underflow: t is carried as th + tl (1/sqrt 2 split
- * in two constants, the product's error by fma) and erfc(th + tl) = erfc(th) - tl (2/sqrt pi)
- * e^(-th^2), the neglected terms below 2^-60 relative. tl is 0 where th is infinite (an fma of
- * inf would give NaN there; e^(-th^2) is 0 anyway). */
+/* 2 Phi(x) = erfc(t), t = -x / sqrt 2, in f64 (gelu and gelu_grad), step for step as scalar.c's.
+ * erfc's relative condition number is 2 t^2, so t rounded to the type would cost up to 11 bits
+ * near f64's underflow: t is carried as th + tl (1/sqrt 2 split in two constants, the product's
+ * error by fma) and erfc(th + tl) = erfc(th) - tl (2/sqrt pi) e^(-th^2), the neglected terms
+ * below 2^-60 relative. tl is 0 where th is infinite (an fma of inf would give NaN there;
+ * e^(-th^2) is 0 anyway). Also p = th^2 rounded and d = e^(-p). */
+typedef struct cdf2 {
+    int32_t th, tl, p, d, s;
+} cdf2;
+
+static cdf2 cdf2_f64(kir_kernel *k, kir_type t, int32_t x)
+{
+    cdf2 c;
+    int32_t c_hi = cst(k, t, 0x1.6a09e667f3bcdp-1), c_lo = cst(k, t, -0x1.bdd3413b26456p-55);
+    int32_t nx = un(k, KIR_NEG, t, x);
+    c.th = bin(k, KIR_MUL, t, nx, c_hi);
+    c.tl = kir_emit(k, KIR_FMA, t, nx, c_lo, kir_emit(k, KIR_FMA, t, nx, c_hi, un(k, KIR_NEG, t, c.th)));
+    int32_t finite = cmp(k, KIR_LT, un(k, KIR_ABS, t, c.th), cst(k, t, INFINITY));
+    c.tl = sel(k, t, finite, c.tl, cst(k, t, 0.0));
+    c.p = bin(k, KIR_MUL, t, c.th, c.th);
+    c.d = kir_exp(k, un(k, KIR_NEG, t, c.p));
+    int32_t u = bin(k, KIR_MUL, t, c.tl, cst(k, t, 0x1.20dd750429b6dp+0)); /* 2/sqrt pi */
+    c.s = kir_emit(k, KIR_FMA, t, un(k, KIR_NEG, t, u), c.d, kir_erfc(k, c.th));
+    return c;
+}
+
+/* f32 gelu is kir_gelu (ir/math.c, division-free); f64 gelu x = (0.5 x) erfc(-x / sqrt 2). */
 static int32_t gelu(kir_kernel *k, kir_type t, int32_t x)
 {
     if (t == KIR_F32)
         return kir_gelu(k, x);
-    int32_t c_hi = cst(k, t, 0x1.6a09e667f3bcdp-1), c_lo = cst(k, t, -0x1.bdd3413b26456p-55);
-    int32_t nx = un(k, KIR_NEG, t, x);
-    int32_t th = bin(k, KIR_MUL, t, nx, c_hi);
-    int32_t tl = kir_emit(k, KIR_FMA, t, nx, c_lo, kir_emit(k, KIR_FMA, t, nx, c_hi, un(k, KIR_NEG, t, th)));
-    int32_t finite = cmp(k, KIR_LT, un(k, KIR_ABS, t, th), cst(k, t, INFINITY));
-    tl = sel(k, t, finite, tl, cst(k, t, 0.0));
-    int32_t d = kir_exp(k, un(k, KIR_NEG, t, bin(k, KIR_MUL, t, th, th)));
-    int32_t u = bin(k, KIR_MUL, t, tl, cst(k, t, 0x1.20dd750429b6dp+0)); /* 2/sqrt pi */
-    int32_t s = kir_emit(k, KIR_FMA, t, un(k, KIR_NEG, t, u), d, kir_erfc(k, th));
-    return bin(k, KIR_MUL, t, bin(k, KIR_MUL, t, cst(k, t, 0.5), x), s);
+    return bin(k, KIR_MUL, t, bin(k, KIR_MUL, t, cst(k, t, 0.5), x), cdf2_f64(k, t, x).s);
 }
 
 /* gelu'(x) = Phi(x) + x phi(x). f32 is kir_gelu_grad (ir/math.c: one exp, no erf). f64, step
- * for step as scalar.c's gelu_grad: Phi(x) = erfc(th + tl) / 2 as in gelu above, and
+ * for step as scalar.c's gelu_grad: Phi(x) = erfc(th + tl) / 2 as in gelu, and
  * phi(x) = e^(-p) (1 - pl - 2 th tl) / sqrt(2 pi), since x^2/2 = (th + tl)^2 and th^2 = p + pl
  * (rounding th^2 would cost up to 9 bits of e^(-x^2/2) near underflow); e^(-p) is multiplied
  * last, so a subnormal x phi(x) is rounded once more only. From |x| = 40 on
@@ -155,19 +167,12 @@ static int32_t gelu_grad(kir_kernel *k, kir_type t, int32_t x)
 {
     if (t == KIR_F32)
         return kir_gelu_grad(k, x);
-    int32_t c_hi = cst(k, t, 0x1.6a09e667f3bcdp-1), c_lo = cst(k, t, -0x1.bdd3413b26456p-55);
-    int32_t nx = un(k, KIR_NEG, t, x);
-    int32_t th = bin(k, KIR_MUL, t, nx, c_hi);
-    int32_t tl = kir_emit(k, KIR_FMA, t, nx, c_lo, kir_emit(k, KIR_FMA, t, nx, c_hi, un(k, KIR_NEG, t, th)));
-    int32_t p = bin(k, KIR_MUL, t, th, th);
-    int32_t pl = kir_emit(k, KIR_FMA, t, th, th, un(k, KIR_NEG, t, p)); /* th^2 = p + pl */
-    int32_t d = kir_exp(k, un(k, KIR_NEG, t, p));
-    int32_t u = bin(k, KIR_MUL, t, tl, cst(k, t, 0x1.20dd750429b6dp+0)); /* 2/sqrt pi */
-    int32_t s = kir_emit(k, KIR_FMA, t, un(k, KIR_NEG, t, u), d, kir_erfc(k, th));
-    int32_t corr = kir_emit(k, KIR_FMA, t, bin(k, KIR_MUL, t, cst(k, t, -2.0), th), tl,
+    cdf2 c = cdf2_f64(k, t, x);
+    int32_t pl = kir_emit(k, KIR_FMA, t, c.th, c.th, un(k, KIR_NEG, t, c.p)); /* th^2 = p + pl */
+    int32_t corr = kir_emit(k, KIR_FMA, t, bin(k, KIR_MUL, t, cst(k, t, -2.0), c.th), c.tl,
                             bin(k, KIR_SUB, t, cst(k, t, 1.0), pl));
     int32_t xc = bin(k, KIR_MUL, t, bin(k, KIR_MUL, t, x, cst(k, t, 0x1.9884533d43651p-2)), corr); /* 1/sqrt(2 pi) */
-    int32_t r = kir_emit(k, KIR_FMA, t, xc, d, bin(k, KIR_MUL, t, cst(k, t, 0.5), s));
+    int32_t r = kir_emit(k, KIR_FMA, t, xc, c.d, bin(k, KIR_MUL, t, cst(k, t, 0.5), c.s));
     int32_t lim = sel(k, t, cmp(k, KIR_GT, x, cst(k, t, 0.0)), cst(k, t, 1.0), cst(k, t, -0.0));
     return sel(k, t, cmp(k, KIR_GE, un(k, KIR_ABS, t, x), cst(k, t, 40.0)), lim, r);
 }
