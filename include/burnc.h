@@ -381,11 +381,11 @@ BURNC_API float burnc_bf16_to_f32(uint16_t h);
  * 2 / (2 + |x|)): one exp and one division, no erf. For x < 0 its two terms cancel near the zero
  * at -0.75179, so there the error is measured against the larger term (absolute, about 2^-24);
  * elsewhere it is relative. In the subnormal range (x < -13.2 f32, -37.5 f64) it is within 4
- * (f32) and 16 (f64) units of the smallest subnormal; gelu_grad(inf) = 1, gelu_grad(-inf) = -0. silu and rsqrt add their own roundings on top of
- * sigmoid and sqrt. f16 and bf16 results are the f32 result rounded once more, except gelu's:
- * its f32 math there is accurate to about 2^-20 only (half the work), which every one of the
- * 65536 inputs of either format shows to be enough: measured 0.5000 ulp, bf16 results all
- * correctly rounded, f16 all but one (a near tie).
+ * (f32) and 16 (f64) units of the smallest subnormal; gelu_grad(inf) = 1, gelu_grad(-inf) = -0.
+ * silu and rsqrt add their own roundings on top of sigmoid and sqrt. f16 and bf16 results are the
+ * f32 result rounded once more, except gelu's: its f32 math there is accurate to about 2^-20 only
+ * (half the work), which every one of the 65536 inputs of either format shows to be enough:
+ * measured 0.5000 ulp, bf16 results all correctly rounded, f16 all but one (a near tie).
  *
  * Vulkan. GLSL promises correct rounding for add, sub, mul and conversions only (division
  * 2.5 ulps, sqrt worse, fma possibly a product and a sum). On a device with f64 (every device

@@ -1109,13 +1109,14 @@ int32_t kir_pow(kir_kernel *k, int32_t x, int32_t y)
  * E = e^(-a^2/2) and Q(a) = Phi(-a) / E: Phi(-a) - a phi(a) = E R, R = Q - a / sqrt(2 pi), so
  * gelu'(x) = E R for x < 0 and 1 - E R for x >= 0 (Phi(a) = 1 - Phi(-a)). Q = t F(t) with
  * t = 2 / (2 + a) and F one polynomial in t - 1 (GELUD_F32, exact at t = 1: gelu'(0) = 1/2), so
- * there is no erf, no second exp and no piece to select. E is e^(-(h + hl)) with h + hl = a^2/2 exactly, rounded once before its
- * 2^n scale, which comes after the product with R (one rounding in the subnormal range).
- * Errors: F 2^-25.7 and t's two roundings give Q within about an ulp; the cancellation in R
- * is the zero of gelu' at x = -0.75179..., near which the error is absolute (about 2^-25);
- * elsewhere the result is within a few ulps (tests/test_math.c measures it). The composition
- * 0.5 (1 + erf(x / sqrt 2)) + x phi(x) loses all digits below x = -5.5 to 1 + erf's
- * cancellation. Beyond the polynomial (|x| >= 14.5) gelu' rounds to -0 (x < 0) or 1. */
+ * there is no erf, no second exp and no piece to select. E is e^(-(h + hl)) with h + hl = a^2/2
+ * exactly, rounded once before its 2^n scale, which comes after the product with R (one
+ * rounding in the subnormal range). Errors: F 2^-25.7 and t's two roundings give Q within about
+ * an ulp; the cancellation in R is the zero of gelu' at x = -0.75179..., near which the error is
+ * absolute (about 2^-25); elsewhere the result is within a few ulps (tests/test_math.c measures
+ * it). The composition 0.5 (1 + erf(x / sqrt 2)) + x phi(x) in f32 was off by 1.6e-3 at x = -5
+ * and by 2-3% below -5.5, where 1 + erf cancels. Beyond the polynomial (|x| >= 14.5) gelu'
+ * rounds to -0 (x < 0) or 1. */
 int32_t kir_gelu_grad(kir_kernel *k, int32_t x)
 {
     mb b;

@@ -135,7 +135,8 @@ static bool float_only(ir_op op)
     switch (op) {
     case IR_OP_EXP: case IR_OP_EXP2: case IR_OP_EXPM1: case IR_OP_LOG: case IR_OP_LOG2: case IR_OP_LOG1P:
     case IR_OP_SQRT: case IR_OP_RSQRT: case IR_OP_RECIPROCAL: case IR_OP_SIN: case IR_OP_COS: case IR_OP_TAN:
-    case IR_OP_TANH: case IR_OP_SIGMOID: case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_SILU: case IR_OP_ERF: case IR_OP_ATAN2:
+    case IR_OP_TANH: case IR_OP_SIGMOID: case IR_OP_GELU: case IR_OP_GELU_GRAD: case IR_OP_SILU: case IR_OP_ERF:
+    case IR_OP_ATAN2:
         return true;
     default:
         return false;
@@ -257,8 +258,7 @@ enum {
     op_of_reciprocal = IR_OP_RECIPROCAL, op_of_sin = IR_OP_SIN, op_of_cos = IR_OP_COS, op_of_tan = IR_OP_TAN,
     op_of_tanh = IR_OP_TANH, op_of_sigmoid = IR_OP_SIGMOID, op_of_relu = IR_OP_RELU, op_of_gelu = IR_OP_GELU,
     op_of_gelu_grad = IR_OP_GELU_GRAD, op_of_silu = IR_OP_SILU, op_of_erf = IR_OP_ERF, op_of_floor = IR_OP_FLOOR,
-    op_of_ceil = IR_OP_CEIL,
-    op_of_round = IR_OP_ROUND, op_of_logical_not = IR_OP_LOGICAL_NOT,
+    op_of_ceil = IR_OP_CEIL, op_of_round = IR_OP_ROUND, op_of_logical_not = IR_OP_LOGICAL_NOT,
     op_of_add = IR_OP_ADD, op_of_sub = IR_OP_SUB, op_of_mul = IR_OP_MUL, op_of_div = IR_OP_DIV,
     op_of_pow = IR_OP_POW, op_of_maximum = IR_OP_MAXIMUM, op_of_minimum = IR_OP_MINIMUM,
     op_of_remainder = IR_OP_REMAINDER, op_of_atan2 = IR_OP_ATAN2, op_of_eq = IR_OP_EQ, op_of_ne = IR_OP_NE,

@@ -1002,7 +1002,8 @@ Test(autodiff, balanced_checkpointing_keeps_costly_elementwise_outputs)
  * in long double, within 4 ulps of the larger term (test_math's bound for gelu_grad). */
 Test(autodiff, gelu_gradient_in_the_tail)
 {
-    static const float xs[] = {-13.0f, -10.0f, -8.0f, -6.0f, -5.5f, -5.0f, -4.0f, -3.0f, -0.75f, -0.5f, 0.0f, 1.0f, 3.0f};
+    static const float xs[] = {-13.0f, -10.0f, -8.0f,  -6.0f, -5.5f, -5.0f, -4.0f,
+                               -3.0f,  -0.75f, -0.5f, 0.0f,  1.0f,  3.0f};
     enum { N = (int)(sizeof xs / sizeof xs[0]) };
     burnc_device_t *plain = open_or_skip(test_device()), *ad = burnc_device_autodiff(plain);
     int64_t n = N;
