@@ -179,7 +179,8 @@ static void mk_run(mk *m, const void *x, const void *y, void *out, int64_t n)
 
 /* ---- Error measure -------------------------------------------------------------------------- */
 
-/* |got - ref| in ulps of the format (precision p, smallest exponent emin) at ref. */
+/* |got - ref| in ulps of the format (precision p, smallest exponent emin) at mag: ref itself,
+ * or what the error is measured against (mag_of). */
 static double ulp_err(long double got, long double ref, long double rounded, long double mag, int p, int emin)
 {
     if (isnan(ref) || isnan(got))
