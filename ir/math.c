@@ -131,28 +131,8 @@ static const double ERFC3_64[] = {-0x1.250d048e7a1bdp-1, -0x1.f0e9cad46099cp-58,
                                   -0x1.0f5c09b34a138p+28, 0x1.5d2f04e3e2236p+30, -0x1.2372d1f304f33p+32,
                                   0x1.d22b7c75737d9p+32};
 
-/* f32 gelu (kir_gelu): G(a) = log Phi(-a) + a^2/2 for a = |x| in pieces [lo, hi) as
- * polynomials in t = a - mid, c0 and c1 as (hi, lo) pairs. */
-/* gelu_f32 near [0, 2.25) t = x - 1.125: minimax 2^-33.9, rounded 2^-30.8 */
-static const double GELU0_32[] = {-0x1.67b79c0000000p+0, 0x1.148c560000000p-25, -0x1.0094f00000000p-1,
-                                  -0x1.7f97160000000p-27, 0x1.7b0d580000000p-4, -0x1.254e760000000p-6,
-                                  0x1.8f8e400000000p-9, -0x1.9d89900000000p-12, 0x1.50b0a60000000p-16,
-                                  0x1.04bc020000000p-17, -0x1.9cf3a80000000p-19, 0x1.29495e0000000p-21,
-                                  -0x1.d79e180000000p-26};
-/* gelu_f32 near [2.25, 6) t = x - 4.125: minimax 2^-33.7, rounded 2^-30.7 */
-static const double GELU1_32[] = {-0x1.31a8220000000p+1, 0x1.5e30c60000000p-25, -0x1.c25fea0000000p-3,
-                                  -0x1.8c5a820000000p-28, 0x1.6ca6b00000000p-6, -0x1.6d272a0000000p-9,
-                                  0x1.7ec3540000000p-12, -0x1.8dc9220000000p-15, 0x1.8dd2f20000000p-18,
-                                  -0x1.7613020000000p-21, 0x1.3f22ac0000000p-24, -0x1.992c6c0000000p-28,
-                                  0x1.3597240000000p-33};
-/* gelu_f32 near [6, 14.5) t = x - 10.25: minimax 2^-34.1, rounded 2^-28.1 */
-static const double GELU2_32[] = {-0x1.a0b4d00000000p+1, 0x1.9cff7c0000000p-24, -0x1.88575e0000000p-4,
-                                  -0x1.0cc24e0000000p-29, 0x1.275dde0000000p-8, -0x1.2366c80000000p-12,
-                                  0x1.3df7900000000p-16, -0x1.6bd7220000000p-20, 0x1.aa5c260000000p-24,
-                                  -0x1.fa981a0000000p-28, 0x1.2d6b160000000p-31, -0x1.53c67a0000000p-35,
-                                  0x1.8a694e0000000p-39, -0x1.4873aa0000000p-42, 0x1.830bf40000000p-46};
-
-/* kir_gelu16: the same G for results rounded to f16 or bf16 next, single-word coefficients. */
+/* kir_gelu16: G(a) = log Phi(-a) + a^2/2 for a = |x| in pieces [lo, hi) as polynomials in
+ * t = a - mid, single-word coefficients, for results rounded to f16 or bf16 next. */
 /* gelu16_f32 near [0, 4) t = x - 2.0: minimax 2^-27.2, rounded 2^-24.1 */
 static const double GELU16_0_32[] = {-0x1.c87ec40000000p+0, -0x1.7e2c340000000p-2, 0x1.d416560000000p-5,
                                      -0x1.442b220000000p-7, 0x1.ae96dc0000000p-10, -0x1.fbf3f60000000p-13,
@@ -173,6 +153,17 @@ static const double GELUD_F32[] = {0x1.0000000000000p-1, 0x1.3108ba0000000p-2, -
                                    0x1.3cf2360000000p-4, 0x1.c9b0820000000p-3, 0x1.67baa20000000p-2,
                                    0x1.8fa1aa0000000p-2, 0x1.de6c1c0000000p-3, 0x1.bd0ec60000000p-5};
 
+/* kir_gelu: F(t) = Q(a) / t as above, a polynomial in u = t - 0.5625 with c0 and c1 as (hi, lo)
+ * pairs (erfc_poly's layout), weight 1/F. */
+/* geluf_f32: minimax 2^-31.6, rounded 2^-29.0 */
+static const double GELUF_F32[] = {0x1.6dad2e0000000p-2, 0x1.6501240000000p-29, 0x1.58f8d80000000p-2,
+                                 0x1.1ecce00000000p-27, 0x1.ef0cae0000000p-6, -0x1.26c7a60000000p-3,
+                                 0x1.a82ce00000000p-6, 0x1.4d534e0000000p-4, -0x1.2fce9a0000000p-4,
+                                 -0x1.67dafe0000000p-8, 0x1.265a7a0000000p-4, -0x1.249e920000000p-4,
+                                 -0x1.7ec8e60000000p-8, 0x1.6502860000000p-4, -0x1.568c1a0000000p-5,
+                                 -0x1.27e8720000000p-5};
+#define GELUF_MID 0.5625
+
 /* The far piece comes last. */
 typedef struct erfc_piece {
     double lo, hi, mid; /* mid: t = 0 of a near piece */
@@ -184,7 +175,6 @@ typedef struct erfc_piece {
 static const erfc_piece ERFC_F32[] = {NEAR(0.5, 2.5, ERFC0_32), FAR(2.5, 10.0625, ERFC1_32)};
 static const erfc_piece ERFC_F64[] = {NEAR(0.5, 1.5, ERFC0_64), NEAR(1.5, 2.5, ERFC1_64), NEAR(2.5, 4.0, ERFC2_64),
                                       FAR(4.0, 27.25, ERFC3_64)};
-static const erfc_piece GELU_F32[] = {NEAR(0.0, 2.25, GELU0_32), NEAR(2.25, 6.0, GELU1_32), NEAR(6.0, 14.5, GELU2_32)};
 static const erfc_piece GELU16_F32[] = {NEAR(0.0, 4.0, GELU16_0_32), NEAR(4.0, 14.5, GELU16_1_32)};
 enum { ERFC_MAX_PIECES = 4 };
 
@@ -911,31 +901,69 @@ static gelu_arg gelu_piece(mb *b, int32_t x, const erfc_piece *pc, int n, int32_
     return g;
 }
 
-/* f32 gelu x = x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2, without erfc's argument scaling and
- * without a division: for a = |x|, Phi(-a) = e^L, L = -a^2/2 + G(a) with G a polynomial per
- * piece (GELU_F32); a^2/2 is carried exactly and e^L is q 2^n with q rounded once. Then
- * x < 0: gelu = (x q) 2^n, one rounding (two in the subnormal range, as the scale rounds);
- * x >= 0: gelu = x - x Phi(-a) by one fma, where Phi(-a) <= 1/2 makes its error count at most
- * as much as in Phi itself. Error terms in ulps of Phi(-a): G and its evaluation 0.1, the
- * exp's reduction and polynomial 0.1, q's rounding 0.5. */
+/* f32 gelu and gelu' share Phi(-a) = E Q for a = |x| clamped to [0, GELU_END]: E = e^(-a^2/2),
+ * with a^2/2 = h + hl exactly, reduced as e (E = e^(r + rl) 2^k); Q(a) = Phi(-a) / E = t F(t)
+ * with t = 2 / (2 + a), F smooth on [2/16.5, 1]. With `tl`, t's error too: 2 + a = s + sl
+ * exactly (s - 2 is exact for s in [2, 16.5]) and 2 / s = t + r / s with r = 2 - t s exact, so
+ * tl = (r - t sl) t / 2 to first order. */
+#define GELU_END 14.5
+typedef struct gelu_q {
+    int32_t ax, a;
+    exp_red e;
+    int32_t t, tl; /* tl: -1 unless asked for */
+} gelu_q;
+
+static gelu_q gelu_parts(mb *b, int32_t x, bool tl)
+{
+    gelu_q g;
+    g.ax = fabs_(b, x);
+    g.a = clamp(b, g.ax, 0.0, GELU_END);
+    int32_t aa = mul(b, g.a, g.a);
+    int32_t h = mul(b, aa, c(b, 0.5));
+    int32_t hl = mul(b, fma_(b, g.a, g.a, neg(b, aa)), c(b, 0.5));
+    g.e = exp_reduce(b, neg(b, h), neg(b, hl));
+    int32_t s = add(b, c(b, 2), g.a);
+    g.t = dvd(b, c(b, 2), s);
+    g.tl = -1;
+    if (tl) {
+        int32_t sl = sub(b, g.a, sub(b, s, c(b, 2)));
+        int32_t r = fma_(b, neg(b, g.t), s, c(b, 2));
+        g.tl = mul(b, fma_(b, neg(b, g.t), sl, r), mul(b, g.t, c(b, 0.5)));
+    }
+    return g;
+}
+
+/* f32 gelu x = x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2, from gelu_parts: one exp, one
+ * division and one polynomial, no erfc and no piece to select (the pieces' coefficient
+ * selects made an earlier form about 140 instructions an element on sm_90, this one 110).
+ * F is GELUF_F32, a polynomial in u = t - GELUF_MID with c0 and c1 to twice the precision;
+ * u's rounding and tl enter through c1. F = c0 + fl is not rounded, nor Q = t c0 + ql (t c0
+ * split exactly), nor Q e^(r + rl) = Q (1 + m) = th + l, m = e^(r + rl) - 1; so
+ * x < 0: gelu = x (th + l) 2^k, rounded once before the scale (twice in the subnormal range);
+ * x >= 0: gelu = x - x Phi(-a) by one fma, where Phi(-a) <= 1/2 halves what its error counts.
+ * What rounds is small beside Q: fl, ql, l and m (tests/test_math.c: within 2 ulps). */
 int32_t kir_gelu(kir_kernel *k, int32_t x)
 {
     mb b;
     if (!mb_init(&b, k, x) || b.f64)
         return -1;
-    enum { N = (int)(sizeof GELU_F32 / sizeof GELU_F32[0]) };
-    const erfc_piece *pc = GELU_F32;
-    int32_t in[N + 1];
-    gelu_arg ga = gelu_piece(&b, x, pc, N, in);
-    dw t = two_sum(&b, ga.a, neg(&b, in[N])); /* inexact below a quarter of mid 0 */
-    dw p = erfc_poly(&b, in, pc, N, t.hi, t.lo);
-    dw l = two_sum(&b, neg(&b, ga.h), p.hi);
-    exp_red e = exp_reduce(&b, l.hi, add(&b, l.lo, sub(&b, p.lo, ga.hl)));
-    int32_t et = exp_tail(&b, e);
-    dw y = fast_two_sum(&b, c(&b, 1), e.r);
-    int32_t q = add(&b, y.hi, add(&b, y.lo, et));
-    int32_t n = small_int(&b, e.k);
-    return gelu_finish(&b, x, ga.ax, scale2(&b, mul(&b, x, q), n), scale2(&b, q, n), pc[N - 1].hi);
+    gelu_q g = gelu_parts(&b, x, true);
+    const double *cf = GELUF_F32;
+    int32_t u = sub(&b, g.t, c(&b, GELUF_MID)); /* exact from t = 0.28125 on, else within 2^-26 */
+    int32_t ul = add(&b, sub(&b, g.t, add(&b, u, c(&b, GELUF_MID))), g.tl);
+    int32_t p = horner(&b, u, cf + 4, (int)(sizeof GELUF_F32 / sizeof GELUF_F32[0]) - 4);
+    p = fma_(&b, u, p, c(&b, cf[3]));
+    int32_t fl = fma_(&b, u, c(&b, cf[2]), fma_(&b, u, p, fma_(&b, c(&b, cf[2]), ul, c(&b, cf[1]))));
+    int32_t th = mul(&b, g.t, c(&b, cf[0]));
+    int32_t tle = fma_(&b, g.t, c(&b, cf[0]), neg(&b, th));
+    int32_t ql = fma_(&b, g.t, fl, fma_(&b, g.tl, add(&b, c(&b, cf[0]), fl), tle));
+    int32_t m = add(&b, g.e.r, exp_tail(&b, g.e));
+    int32_t l = fma_(&b, add(&b, th, ql), m, ql);
+    int32_t xt = mul(&b, x, th);
+    int32_t nx = neg(&b, x); /* x (th + l) = xt - (-x th - (-xt)) - (-x) l keeps gelu(-0) = -0 */
+    int32_t below = sub(&b, xt, fma_(&b, nx, l, fma_(&b, nx, th, xt)));
+    int32_t n = small_int(&b, g.e.k);
+    return gelu_finish(&b, x, g.ax, scale2(&b, below, n), scale2(&b, add(&b, th, l), n), GELU_END);
 }
 
 /* kir_gelu for a result rounded to f16 or bf16 next: relative error about 2^-20 before that
@@ -1122,20 +1150,13 @@ int32_t kir_gelu_grad(kir_kernel *k, int32_t x)
     mb b;
     if (!mb_init(&b, k, x) || b.f64)
         return -1;
-    const double end = 14.5;
-    int32_t ax = fabs_(&b, x);
-    int32_t a = clamp(&b, ax, 0.0, end);
-    int32_t aa = mul(&b, a, a);
-    int32_t h = mul(&b, aa, c(&b, 0.5));
-    int32_t hl = mul(&b, fma_(&b, a, a, neg(&b, aa)), c(&b, 0.5));
-    exp_red e = exp_reduce(&b, neg(&b, h), neg(&b, hl));
-    int32_t q = exp_poly(&b, e);
-    int32_t t = dvd(&b, c(&b, 2), add(&b, c(&b, 2), a));
-    int32_t f = horner(&b, sub(&b, t, c(&b, 1)), GELUD_F32, (int)(sizeof GELUD_F32 / sizeof GELUD_F32[0]));
-    int32_t qa = mul(&b, t, f);
-    int32_t r = fma_(&b, a, c(&b, -0x1.9884533d43651p-2), qa); /* -1/sqrt(2 pi) */
-    int32_t er = scale2(&b, mul(&b, q, r), small_int(&b, e.k));
-    int32_t far = cmp(&b, KIR_GE, ax, c(&b, end));
+    gelu_q g = gelu_parts(&b, x, false);
+    int32_t q = exp_poly(&b, g.e);
+    int32_t f = horner(&b, sub(&b, g.t, c(&b, 1)), GELUD_F32, (int)(sizeof GELUD_F32 / sizeof GELUD_F32[0]));
+    int32_t qa = mul(&b, g.t, f);
+    int32_t r = fma_(&b, g.a, c(&b, -0x1.9884533d43651p-2), qa); /* -1/sqrt(2 pi) */
+    int32_t er = scale2(&b, mul(&b, q, r), small_int(&b, g.e.k));
+    int32_t far = cmp(&b, KIR_GE, g.ax, c(&b, GELU_END));
     int32_t below = sel(&b, far, c(&b, -0.0), er);
     int32_t above = sel(&b, far, c(&b, 1), sub(&b, c(&b, 1), er));
     int32_t y = sel(&b, sign_set(&b, x), below, above);
