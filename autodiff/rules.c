@@ -651,10 +651,10 @@ static const ad_rule view_rules[AD_KIND_COUNT - AD_RESHAPE] = {
 };
 
 /* An element-wise op whose f32 form takes more than KEEP_INSTS kernel-IR instructions an
- * element (gelu 237, pow 213; tanh 119, erf 102, exp 58, add 1) costs more to compute again in
- * the backward pass than to store and read back: balanced checkpointing keeps its output, as a
- * matmul's. Recomputed, the deep MLP's GELU was a second pass of its ~100 instructions an
- * element over the batch in every block's backward: on the H200 that step with balanced
+ * element (pow 213, gelu 171; gelu_grad 125, tanh 119, erf 102, exp 58, add 1) costs more
+ * to compute again in the backward pass than to store and read back: balanced checkpointing
+ * keeps its output, as a matmul's. Recomputed, the deep MLP's GELU (then 237) was a second
+ * pass over the batch in every block's backward: on the H200 that step with balanced
  * checkpointing took 6.18-6.29 ms, and 5.80-5.84 with GELU kept (5.76-5.77 without
  * checkpointing); its peak went 437 -> 420 MB, as the backward no longer materializes
  * recomputed GELU outputs for the weight gradients. */

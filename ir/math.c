@@ -901,15 +901,16 @@ static gelu_arg gelu_piece(mb *b, int32_t x, const erfc_piece *pc, int n, int32_
     return g;
 }
 
-/* f32 gelu and gelu' share Phi(-a) = E Q for a = |x| clamped to [0, GELU_END]: E = e^(-a^2/2),
- * with a^2/2 = h + hl exactly, reduced as e (E = e^(r + rl) 2^k); Q(a) = Phi(-a) / E = t F(t)
- * with t = 2 / (2 + a), F smooth on [2/16.5, 1]. With `tl`, t's error too: 2 + a = s + sl
- * exactly (s - 2 is exact for s in [2, 16.5]) and 2 / s = t + r / s with r = 2 - t s exact, so
- * tl = (r - t sl) t / 2 to first order. */
+/* f32 gelu and gelu' share Phi(-a) = E Q for a = |x| clamped to [0, GELU_END]: E = e^(-a^2/2)
+ * (gelu_exp) and Q(a) = Phi(-a) / E = t F(t) with t = 2 / (2 + a), F smooth on [2/16.5, 1].
+ * gelu' takes t as the division's quotient. gelu takes t + tl to twice the precision, without a
+ * division (whose slow path is a call: beside a LayerNorm in the warp-per-row entry under its
+ * 64-register cap, ptxas spilled 72 bytes around it): y ~ 1/s for s = 2 + a from the exponent
+ * trick and two Newton steps, then 2 + a = s + sl exactly (s - 2 is exact for s in [2, 16.5])
+ * and 2 / (s + sl) = 2y (1 + r - y sl) to first order, r = 1 - s y (below 2^-17). */
 #define GELU_END 14.5
 typedef struct gelu_q {
     int32_t ax, a;
-    exp_red e;
     int32_t t, tl; /* tl: -1 unless asked for */
 } gelu_q;
 
@@ -918,24 +919,37 @@ static gelu_q gelu_parts(mb *b, int32_t x, bool tl)
     gelu_q g;
     g.ax = fabs_(b, x);
     g.a = clamp(b, g.ax, 0.0, GELU_END);
-    int32_t aa = mul(b, g.a, g.a);
-    int32_t h = mul(b, aa, c(b, 0.5));
-    int32_t hl = mul(b, fma_(b, g.a, g.a, neg(b, aa)), c(b, 0.5));
-    g.e = exp_reduce(b, neg(b, h), neg(b, hl));
     int32_t s = add(b, c(b, 2), g.a);
-    g.t = dvd(b, c(b, 2), s);
     g.tl = -1;
-    if (tl) {
-        int32_t sl = sub(b, g.a, sub(b, s, c(b, 2)));
-        int32_t r = fma_(b, neg(b, g.t), s, c(b, 2));
-        g.tl = mul(b, fma_(b, neg(b, g.t), sl, r), mul(b, g.t, c(b, 0.5)));
+    if (!tl) {
+        g.t = dvd(b, c(b, 2), s);
+        return g;
     }
+    /* y ~ 1/s from the exponent trick (within 5.1%) and two Newton steps (within 2^-17) */
+    int32_t y = flt(b, iop2(b, KIR_SUB, ci(b, 0x7ef311c3), bits(b, s)));
+    for (int i = 0; i < 2; i++)
+        y = fma_(b, y, fma_(b, neg(b, s), y, c(b, 1)), y);
+    int32_t sl = sub(b, g.a, sub(b, s, c(b, 2)));
+    int32_t r = fma_(b, neg(b, s), y, c(b, 1)); /* 1/s = y (1 + r) to first order, r < 2^-17 */
+    int32_t t = mul(b, y, c(b, 2));
+    dw tt = fast_two_sum(b, t, mul(b, fma_(b, neg(b, y), sl, r), t)); /* t as if divided */
+    g.t = tt.hi;
+    g.tl = tt.lo;
     return g;
 }
 
+/* e^(-a^2/2) reduced (gelu_parts' E), a^2/2 = h + hl exactly. */
+static exp_red gelu_exp(mb *b, int32_t a)
+{
+    int32_t aa = mul(b, a, a);
+    int32_t h = mul(b, aa, c(b, 0.5));
+    int32_t hl = mul(b, fma_(b, a, a, neg(b, aa)), c(b, 0.5));
+    return exp_reduce(b, neg(b, h), neg(b, hl));
+}
+
 /* f32 gelu x = x Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2, from gelu_parts: one exp, one
- * division and one polynomial, no erfc and no piece to select (the pieces' coefficient
- * selects made an earlier form about 140 instructions an element on sm_90, this one 110).
+ * reciprocal and one polynomial, no erfc and no piece to select (the pieces' coefficient
+ * selects made an earlier form about 140 instructions an element on sm_90, this one 100).
  * F is GELUF_F32, a polynomial in u = t - GELUF_MID with c0 and c1 to twice the precision;
  * u's rounding and tl enter through c1. F = c0 + fl is not rounded, nor Q = t c0 + ql (t c0
  * split exactly), nor Q e^(r + rl) = Q (1 + m) = th + l, m = e^(r + rl) - 1; so
@@ -957,12 +971,13 @@ int32_t kir_gelu(kir_kernel *k, int32_t x)
     int32_t th = mul(&b, g.t, c(&b, cf[0]));
     int32_t tle = fma_(&b, g.t, c(&b, cf[0]), neg(&b, th));
     int32_t ql = fma_(&b, g.t, fl, fma_(&b, g.tl, add(&b, c(&b, cf[0]), fl), tle));
-    int32_t m = add(&b, g.e.r, exp_tail(&b, g.e));
+    exp_red e = gelu_exp(&b, g.a);
+    int32_t m = add(&b, e.r, exp_tail(&b, e));
     int32_t l = fma_(&b, add(&b, th, ql), m, ql);
     int32_t xt = mul(&b, x, th);
     int32_t nx = neg(&b, x); /* x (th + l) = xt - (-x th - (-xt)) - (-x) l keeps gelu(-0) = -0 */
     int32_t below = sub(&b, xt, fma_(&b, nx, l, fma_(&b, nx, th, xt)));
-    int32_t n = small_int(&b, g.e.k);
+    int32_t n = small_int(&b, e.k);
     return gelu_finish(&b, x, g.ax, scale2(&b, below, n), scale2(&b, add(&b, th, l), n), GELU_END);
 }
 
@@ -1151,11 +1166,12 @@ int32_t kir_gelu_grad(kir_kernel *k, int32_t x)
     if (!mb_init(&b, k, x) || b.f64)
         return -1;
     gelu_q g = gelu_parts(&b, x, false);
-    int32_t q = exp_poly(&b, g.e);
+    exp_red e = gelu_exp(&b, g.a);
+    int32_t q = exp_poly(&b, e);
     int32_t f = horner(&b, sub(&b, g.t, c(&b, 1)), GELUD_F32, (int)(sizeof GELUD_F32 / sizeof GELUD_F32[0]));
     int32_t qa = mul(&b, g.t, f);
     int32_t r = fma_(&b, g.a, c(&b, -0x1.9884533d43651p-2), qa); /* -1/sqrt(2 pi) */
-    int32_t er = scale2(&b, mul(&b, q, r), small_int(&b, g.e.k));
+    int32_t er = scale2(&b, mul(&b, q, r), small_int(&b, e.k));
     int32_t far = cmp(&b, KIR_GE, g.ax, c(&b, GELU_END));
     int32_t below = sel(&b, far, c(&b, -0.0), er);
     int32_t above = sel(&b, far, c(&b, 1), sub(&b, c(&b, 1), er));

@@ -337,13 +337,10 @@ def fit(name):
     return cr, emax, rounded_error(g, w, lo, hi, cr)
 
 
-# f32 gelu x = x Phi(x) (ir/math.c: kir_gelu): Phi(-a) = e^(-a^2/2 + G(a)) for a = |x|, with
-# G(a) = log Phi(-a) + a^2/2 in pieces [lo, hi) as polynomials in t = a - (lo + hi) / 2, up to
-# where gelu rounds to 0. Near pieces only: no division. Weight 1 (an error d in G is a relative
-# error d of Phi(-a)).
-GELU_PIECES = [("near", D(0), D("2.25"), 10), ("near", D("2.25"), D(6), 10), ("near", D(6), D("14.5"), 12)]
-# The same G for results rounded to f16 or bf16 next (kir_gelu16): single-word coefficients,
-# fewer and longer pieces, 2^-22 instead of 2^-28.
+# f32 gelu x = x Phi(x) for results rounded to f16 or bf16 next (ir/math.c: kir_gelu16):
+# Phi(-a) = e^(-a^2/2 + G(a)) for a = |x|, with G(a) = log Phi(-a) + a^2/2 in pieces [lo, hi) as
+# polynomials in t = a - (lo + hi) / 2, up to where gelu rounds to 0, single-word coefficients.
+# Weight 1 (an error d in G is a relative error d of Phi(-a)).
 GELU16_PIECES = [("near", D(0), D(4), 10), ("near", D(4), D("14.5"), 10)]
 
 
@@ -387,6 +384,25 @@ def gelud_f(s):
     t = s + 1
     a = 2 / t - 2
     return erfcx_dec(a / D(2).sqrt()) / 2 / t
+
+
+# f32 gelu (ir/math.c: kir_gelu): the same Q = t F(t), with F a polynomial in u = t - GELUF_MID
+# (|u| <= 0.44 evaluates better than s = t - 1), c0 and c1 as double words (split like the erfc
+# pieces' and added last), the rest rounded to f32. Weight 1/F.
+GELUF_DEG, GELUF_MID = 13, D("0.5625")
+
+
+def fit_geluf():
+    g = lambda u: gelud_f(u + GELUF_MID - 1)
+    w = lambda u: 1 / g(u)
+    lo, hi = D(2) / D("16.5") - GELUF_MID, 1 - GELUF_MID
+    emax, cs = remez(g, w, lo, hi, GELUF_DEG, npts=600, iters=20)
+    cr, exact = [], []
+    for j, v in enumerate(cs):
+        parts = split(v, "f32", 2 if j < 2 else 1)
+        cr += parts
+        exact.append(sum(D(p) for p in parts))
+    return cr, emax, rounded_error(g, w, lo, hi, exact, npts=3000)
 
 
 def fit_gelud():
@@ -436,10 +452,14 @@ def constants():
 
 
 def main():
-    names = sys.argv[1:] or list(FITS) + ["erfc_f32", "erfc_f64", "gelu_f32", "gelu16_f32", "gelud_f32", "constants"]
+    names = sys.argv[1:] or list(FITS) + ["erfc_f32", "erfc_f64", "gelu16_f32", "geluf_f32", "gelud_f32", "constants"]
     for name in names:
         if name == "constants":
             constants()
+        elif name == "geluf_f32":
+            cr, e, er = fit_geluf()
+            print(f"/* geluf_f32: minimax 2^{float(e.ln() / LN2):.1f}, rounded 2^{float(er.ln() / LN2):.1f} */")
+            print("static const double GELUF_F32[] = {" + ", ".join(float(x).hex() for x in cr) + "};")
         elif name == "gelud_f32":
             cr, er = fit_gelud()
             print(f"/* gelud_f32: rounded 2^{float(er.ln() / LN2):.1f} */")
@@ -449,8 +469,7 @@ def main():
             if tbl == "ERFC":
                 pieces = fit_erfc(ty)
             else:
-                pieces = fit_erfc(ty, GELU_PIECES, gelu_near) if tbl == "GELU" else \
-                    fit_erfc(ty, GELU16_PIECES, gelu_near, words=1)
+                pieces = fit_erfc(ty, GELU16_PIECES, gelu_near, words=1)
             for i, (kind, lo, hi, c, cr, e, er) in enumerate(pieces):
                 var = f"t = x - {float(c)}" if kind == "near" else "w = 1/x^2"
                 print(f"/* {name} {kind} [{lo}, {hi}) {var}: minimax 2^{float(e.ln() / LN2):.1f}, "
