@@ -157,11 +157,11 @@ static const double GELUD_F32[] = {0x1.0000000000000p-1, 0x1.3108ba0000000p-2, -
  * pairs (erfc_poly's layout), weight 1/F. */
 /* geluf_f32: minimax 2^-31.6, rounded 2^-29.0 */
 static const double GELUF_F32[] = {0x1.6dad2e0000000p-2, 0x1.6501240000000p-29, 0x1.58f8d80000000p-2,
-                                 0x1.1ecce00000000p-27, 0x1.ef0cae0000000p-6, -0x1.26c7a60000000p-3,
-                                 0x1.a82ce00000000p-6, 0x1.4d534e0000000p-4, -0x1.2fce9a0000000p-4,
-                                 -0x1.67dafe0000000p-8, 0x1.265a7a0000000p-4, -0x1.249e920000000p-4,
-                                 -0x1.7ec8e60000000p-8, 0x1.6502860000000p-4, -0x1.568c1a0000000p-5,
-                                 -0x1.27e8720000000p-5};
+                                   0x1.1ecce00000000p-27, 0x1.ef0cae0000000p-6, -0x1.26c7a60000000p-3,
+                                   0x1.a82ce00000000p-6, 0x1.4d534e0000000p-4, -0x1.2fce9a0000000p-4,
+                                   -0x1.67dafe0000000p-8, 0x1.265a7a0000000p-4, -0x1.249e920000000p-4,
+                                   -0x1.7ec8e60000000p-8, 0x1.6502860000000p-4, -0x1.568c1a0000000p-5,
+                                   -0x1.27e8720000000p-5};
 #define GELUF_MID 0.5625
 
 /* The far piece comes last. */
@@ -985,7 +985,7 @@ int32_t kir_gelu(kir_kernel *k, int32_t x)
  * rounding (G's single-word pieces 2^-22.3, the reduction 2^-22, e^r's polynomial, q, the
  * scale and the final product one f32 rounding each), so the 16-bit result is within
  * 0.5 + 2^-9 ulp (bf16) or 0.5 + 2^-6 ulp (f16) of gelu: tests/test_math.c checks every f16
- * and bf16 input. About half of kir_gelu's work. */
+ * and bf16 input. Its pieces' selects make it 131 kernel-IR instructions, kir_gelu 171. */
 int32_t kir_gelu16(kir_kernel *k, int32_t x)
 {
     mb b;
