@@ -374,10 +374,9 @@ BURNC_API float burnc_bf16_to_f32(uint16_t h);
  * gelu is computed as x Phi(x) with Phi(-|x|) = e^(-x^2/2) t F(t), t = 2 / (2 + |x|) and F one
  * polynomial (one exp, no erfc, no division); f64 gelu carries -x/sqrt 2 to twice the
  * precision into erfc (whose relative condition number 2 t^2 would turn its rounding into up to
- * 11 bits of error). Only
- * where gelu is subnormal or nearly so (x < -13.003 for f32, x < -37.538 for f64, |gelu| below
- * 8e-38 and 5e-307) is it off by up to 0.6 |x| + 1 units of the smallest subnormal (measured 1.8
- * and 18.3). gelu(inf) = inf, gelu(-inf) = NaN. f32 gelu_grad is E R for x < 0 and 1 - E R for
+ * 11 bits of error). Only where gelu is subnormal or nearly so (x < -13.003 for f32, x < -37.538
+ * for f64, |gelu| below 8e-38 and 5e-307) is it off by up to 0.6 |x| + 1 units of the smallest
+ * subnormal (measured 1.8 and 18.3). gelu(inf) = inf, gelu(-inf) = NaN. f32 gelu_grad is E R for x < 0 and 1 - E R for
  * x >= 0, E = e^(-x^2/2) and R = Phi(-|x|) / E - |x| / sqrt(2 pi) (one polynomial in
  * 2 / (2 + |x|)): one exp and one division, no erf. For x < 0 its two terms cancel near the zero
  * at -0.75179, so there the error is measured against the larger term (absolute, about 2^-24);

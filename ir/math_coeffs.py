@@ -348,6 +348,17 @@ def gelu_near(a):
     return (erfcx_dec(a / D(2).sqrt()) / 2).ln()
 
 
+def split_leading(cs, ty, words):
+    """Coefficients as table entries: c0 and c1 as `words` numbers of the type each, the rest
+    rounded; and the values those entries sum to, coefficient by coefficient."""
+    cr, exact = [], []
+    for j, v in enumerate(cs):
+        parts = split(v, ty, words if j < 2 else 1)
+        cr += parts
+        exact.append(sum(D(p) for p in parts))
+    return cr, exact
+
+
 def fit_erfc(ty, pieces=None, near=erfc_near, words=2):
     """Per piece: the minimax coefficients with c0 and c1 as double-word values (hi, lo of the
     type: ir/math.c adds c0 + c1 t exactly) and the others rounded to the type. Rounding c2 and
@@ -363,11 +374,7 @@ def fit_erfc(ty, pieces=None, near=erfc_near, words=2):
             c = D(0)
             g, a, b = erfc_far, 1 / (hi * hi), 1 / (lo * lo)
         emax, cs = remez(g, w_one, a, b, deg, npts=600, iters=20)
-        cr, exact = [], []
-        for j, v in enumerate(cs):
-            parts = split(v, ty, words if j < 2 else 1)
-            cr += parts
-            exact.append(sum(D(p) for p in parts))
+        cr, exact = split_leading(cs, ty, words)
         out.append((kind, lo, hi, c, cr, emax, rounded_error(g, w_one, a, b, exact, npts=800)))
     return out
 
@@ -397,11 +404,7 @@ def fit_geluf():
     w = lambda u: 1 / g(u)
     lo, hi = D(2) / D("16.5") - GELUF_MID, 1 - GELUF_MID
     emax, cs = remez(g, w, lo, hi, GELUF_DEG, npts=600, iters=20)
-    cr, exact = [], []
-    for j, v in enumerate(cs):
-        parts = split(v, "f32", 2 if j < 2 else 1)
-        cr += parts
-        exact.append(sum(D(p) for p in parts))
+    cr, exact = split_leading(cs, "f32", 2)
     return cr, emax, rounded_error(g, w, lo, hi, exact, npts=3000)
 
 

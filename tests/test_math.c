@@ -549,7 +549,7 @@ Test(math, GELU_f16_bf16_every_input)
     BT_LEAK_CHECK();
 }
 
-/* gelu, as an op (f32: one exp, a division and a polynomial, within 2 ulps measured; f64: erfc
+/* gelu, as an op (f32: one exp, a reciprocal and a polynomial, within 2 ulps measured; f64: erfc
  * and the composition's two roundings), in ulps of the result (3).
  * Below x = -13.0031 (f32) and -37.5379 (f64), erfc(-x/sqrt 2) < 2^-126 (2^-1022) is subnormal,
  * off by up to about one unit of the smallest subnormal, which the factor x/2 multiplies: there
