@@ -27,6 +27,13 @@ const char *cg_host_triple(void);
  * outside llvm.fma, IEEE division and square root, no .ftz. NULL with err ("<what>: ...") when
  * this LLVM has no NVPTX target. The caller disposes it. */
 LLVMTargetMachineRef cg_nvptx_tm(int sm, bool arch_a, const char *what, char *err, size_t cap);
+/* The start of every GPU entry for sm >= 90, built at b's position (nothing below 90):
+ * griddepcontrol.wait, then griddepcontrol.launch_dependents. The wait holds the block until
+ * the kernels before it on the stream have finished and their writes are visible, so the
+ * runtime may launch it with programmatic stream serialization (runtime/cuda/profile.c): it is
+ * then scheduled while its predecessor drains instead of after it. Without that attribute
+ * the wait returns at once. */
+void cg_ptx_grid_dependency(LLVMContextRef ctx, LLVMBuilderRef b, int sm);
 /* Verifies mod, runs the pass pipeline `passes` ("default<O3>") and emits mod for tm into *out
  * (as cg_buffer_text: an object when object, else assembly text). Messages start with what.
  * The module is left to the caller. */

@@ -39,7 +39,7 @@ typedef struct gen {
     cg_emit e;          /* what the shared lowering (llvm_emit.c) needs */
     LLVMTypeRef t_gptr; /* a pointer to global memory */
     unsigned md_invariant;
-    int items, rows_per_block, block;
+    int items, rows_per_block, block, sm;
     int cols_shift;   /* log2 of the column entry's rows per block (cg_ptx_cols) */
     int cols_threads; /* ... and its threads (cg_ptx_cols_threads) */
     bool writable_input[KIR_MAX_INPUTS]; /* overwritten in place by an output: no .nc loads */
@@ -238,6 +238,7 @@ static void ent_begin(gen *g, ent *e, const char *name)
     LLVMPositionBuilderAtEnd(g->e.b, block(e, "entry"));
     e->ab = LLVMCreateBuilderInContext(g->e.ctx);
     LLVMValueRef mark = LLVMBuildAlloca(g->e.b, g->e.t_i8, "");
+    cg_ptx_grid_dependency(g->e.ctx, g->e.b, g->sm);
     LLVMPositionBuilderBefore(e->ab, mark);
     const kir_kernel *k = g->e.k;
     e->row_len = ki64(g, 1);
@@ -2126,6 +2127,16 @@ LLVMTargetMachineRef cg_nvptx_tm(int sm, bool arch_a, const char *what, char *er
                                    LLVMRelocDefault, LLVMCodeModelDefault);
 }
 
+void cg_ptx_grid_dependency(LLVMContextRef ctx, LLVMBuilderRef b, int sm)
+{
+    if (sm < 90)
+        return;
+    static const char text[] = "griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;", cons[] = "~{memory}";
+    LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(ctx), NULL, 0, 0);
+    LLVMValueRef f = LLVMGetInlineAsm(ft, text, sizeof text - 1, cons, sizeof cons - 1, 1, 0, LLVMInlineAsmDialectATT, 0);
+    LLVMBuildCall2(b, ft, f, NULL, 0, "");
+}
+
 static bool ptx_options(const kir_kernel *k, const cg_ptx_options *opt, gen *g, char *err, size_t cap)
 {
     if (!opt)
@@ -2140,6 +2151,7 @@ static bool ptx_options(const kir_kernel *k, const cg_ptx_options *opt, gen *g, 
         return cg_failf(err, cap, "compile_ptx %s: items %d is not 1, 2, 4 or 8", k->name, opt->items);
     if (opt->rows_per_block && (opt->rows_per_block < 1 || opt->rows_per_block > 32))
         return cg_failf(err, cap, "compile_ptx %s: rows_per_block %d is not in [1, 32]", k->name, opt->rows_per_block);
+    g->sm = opt->sm;
     g->items = opt->items ? opt->items : cg_ptx_default_items(k);
     g->rows_per_block = opt->rows_per_block ? opt->rows_per_block : CG_PTX_DEFAULT_ROWS_PER_BLOCK;
     g->block = opt->block ? opt->block : CG_PTX_DEFAULT_BLOCK;

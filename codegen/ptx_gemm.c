@@ -561,6 +561,8 @@ static bool build(gg *g)
     LLVMPositionBuilderAtEnd(b, block(g, "entry"));
     g->ab = LLVMCreateBuilderInContext(g->e.ctx);
     LLVMPositionBuilderBefore(g->ab, LLVMBuildAlloca(b, g->e.t_i8, ""));
+    if (!s->host)
+        cg_ptx_grid_dependency(g->e.ctx, b, s->sm);
     if (s->host)
         g->smem = LLVMBuildIntToPtr(b, word(g, host_word(g, CG_GEMM_HOST_SMEM)), g->t_sptr, "");
 

@@ -572,6 +572,7 @@ static void begin(mg *g)
         g->acc[i] = LLVMBuildAlloca(b, g->e.t_f32, "");
         LLVMBuildStore(b, LLVMConstReal(g->e.t_f32, 0.0), g->acc[i]);
     }
+    cg_ptx_grid_dependency(g->e.ctx, b, s->sm);
     g->tid = sreg(g, "tid.x");
     g->lane = LLVMBuildAnd(b, g->tid, k64(g, 31), "");
     /* Blocks start in launch order; taking them GROUP tile rows at a time, column by column,
@@ -984,6 +985,7 @@ static void build_transpose(mg *g)
     LLVMSetInitializer(tile, LLVMGetUndef(tt));
     LLVMSetAlignment(tile, 4);
     LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(g->e.ctx, g->fn, "entry"));
+    cg_ptx_grid_dependency(g->e.ctx, b, g->s->sm);
     LLVMValueRef tx = sreg(g, "tid.x"), ty = sreg(g, "tid.y"), z = sreg(g, "ctaid.z");
     LLVMValueRef x0 = mul(g, sreg(g, "ctaid.x"), k64(g, 32)), y0 = mul(g, sreg(g, "ctaid.y"), k64(g, 32));
     for (int pass = 0; pass < 2; pass++) {

@@ -226,4 +226,47 @@ static inline burnc_memory_report_t bt_memory(burnc_device_t *dev)
     return r;
 }
 
+/* Whether every entry of ptx keeps cg_ptx_grid_dependency's promise for sm: from sm_90 on,
+ * griddepcontrol.wait and launch_dependents come before the entry's first access to memory
+ * other than its parameters, shared and local memory; below sm_90 there is no griddepcontrol
+ * at all. On failure why holds the entry and the line. */
+static inline bool bt_grid_dependency_ok(const char *ptx, int sm, char *why, size_t cap)
+{
+    if (sm < 90) {
+        snprintf(why, cap, "griddepcontrol for sm_%d", sm);
+        return !strstr(ptx, "griddepcontrol");
+    }
+    int entries = 0;
+    for (const char *e = strstr(ptx, ".entry "); e; e = strstr(e + 1, ".entry ")) {
+        entries++;
+        const char *next = strstr(e + 1, ".entry "), *wait = strstr(e, "griddepcontrol.wait;"),
+                   *dep = strstr(e, "griddepcontrol.launch_dependents;");
+        int name = (int)strcspn(e + 7, "(\n");
+        if (!wait || !dep || (next && (wait > next || dep > next))) {
+            snprintf(why, cap, "entry %.*s: no griddepcontrol.wait and launch_dependents", name, e + 7);
+            return false;
+        }
+        for (const char *l = strchr(e, '\n'); l && l < wait; l = strchr(l + 1, '\n')) {
+            const char *t = l + 1;
+            t += strspn(t, " \t");
+            if (*t == '@') { /* a predicate */
+                t += strcspn(t, " \t");
+                t += strspn(t, " \t");
+            }
+            int n = (int)strcspn(t, " \t\n");
+            bool mem = !strncmp(t, "ld.", 3) || !strncmp(t, "st.", 3) || !strncmp(t, "atom.", 5) ||
+                       !strncmp(t, "red.", 4) || !strncmp(t, "cp.", 3) || !strncmp(t, "prefetch", 8);
+            bool own = false;
+            for (const char *sp = t; sp < t + n && !own; sp++)
+                own = !strncmp(sp, ".param", 6) || !strncmp(sp, ".shared", 7) || !strncmp(sp, ".local", 6);
+            if (mem && !own) {
+                snprintf(why, cap, "entry %.*s: %.*s before griddepcontrol.wait", name, e + 7, n, t);
+                return false;
+            }
+        }
+    }
+    snprintf(why, cap, "no entry");
+    return entries > 0;
+}
+
 #endif

@@ -100,6 +100,8 @@ static void check_spec(const cg_ptx_gemm_spec *s, const char *what)
     cr_assert(!matches(ptx, "[[:space:]](add|sub|mul)\\.f(32|64)[[:space:]]"), "%s: a contractible float op", what);
     cr_assert(matches(ptx, "fma\\.rn\\.f(32|64)"), "%s: no fma.rn", what);
     cr_assert(!strstr(ptx, ".ftz") && !strstr(ptx, ".approx"), "%s: .ftz or .approx", what);
+    char dep[256];
+    cr_assert(bt_grid_dependency_ok(ptx, s->sm, dep, sizeof dep), "%s: %s", what, dep);
     if (find_ptxas()) {
         static char log[65536];
         cr_assert(ptxas_ok(ptx, log, sizeof log), "ptxas rejects %s:\n%s", what, log);
@@ -157,6 +159,8 @@ Test(cuda_mm, ptx_async_copies_only_along_mn)
         cr_assert_eq(copies, cases[i].copies != 0, "case %zu: cp.async %s", i, copies ? "present" : "missing");
         cr_assert_eq(waits, copies, "case %zu: a copy without its wait, or the reverse", i);
         cr_assert(!strstr(ptx, "cp.async.ca"), "case %zu: a 4-byte copy", i);
+        char dep[256];
+        cr_assert(bt_grid_dependency_ok(ptx, cases[i].sm, dep, sizeof dep), "case %zu: %s", i, dep);
         free(ptx);
     }
     /* the same tile without the flag stages through registers */

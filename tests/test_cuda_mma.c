@@ -699,6 +699,7 @@ Test(cuda_mma, ptx_every_variant_assembles)
                     cr_assert(cg_mma_spec_valid(&s, why, sizeof why), "%s", why);
                     cr_assert(api->compile_mma_ptx(&s, &ptx, &n, err, sizeof err), "%s", err);
                     cr_assert_eq(strlen(ptx), n);
+                    cr_assert(bt_grid_dependency_ok(ptx, sms[si], why, sizeof why), "%s: %s", what, why);
                     if (s.wg)
                         expect_wg_ptx(&s, ptx, what);
                     else

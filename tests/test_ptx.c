@@ -189,6 +189,8 @@ static char *gen_ptx_luts(kir_kernel *k, const cg_ptx_options *o, const cg_ptx_l
     }
     fflush(stdout);
     cr_assert(strstr(ptx, ".target sm_90"), "%s: no .target sm_90", k->name);
+    char dep[256];
+    cr_assert(bt_grid_dependency_ok(ptx, 90, dep, sizeof dep), "%s: %s", k->name, dep);
     /* every float add/sub/mul rounds (.rn): ptxas may contract only the plain forms */
     cr_assert(!matches(ptx, "[[:space:]](add|sub|mul)\\.f(32|64)[[:space:]]"), "%s: a contractible float op", k->name);
     cr_assert(!strstr(ptx, ".ftz"), "%s: .ftz", k->name);
@@ -986,10 +988,13 @@ Test(ptx, refuses_old_sm_and_bad_options)
     o = (cg_ptx_options){.sm = 120};
     cr_assert(api->compile_ptx(&k, &o, NULL, &ptx, &size, err, sizeof err), "%s", err);
     cr_assert(strstr(ptx, ".target sm_90"));
+    cr_assert(bt_grid_dependency_ok(ptx, 120, err, sizeof err), "%s", err);
     free(ptx);
+    /* below sm_90 no griddepcontrol (ptxas would reject it) */
     o = (cg_ptx_options){.sm = 75};
     cr_assert(api->compile_ptx(&k, &o, NULL, &ptx, &size, err, sizeof err), "%s", err);
     cr_assert(strstr(ptx, ".target sm_75"));
+    cr_assert(bt_grid_dependency_ok(ptx, 75, err, sizeof err), "%s", err);
     free(ptx);
     kir_free(&k);
     BT_LEAK_CHECK();

@@ -189,12 +189,15 @@ static burnc_status_t cuda_open(rt_device *dev, int index)
     }
     cd->staging_size = STAGING_BYTES;
     cd->cc = major * 10 + minor;
+    const char *pdl = getenv("BURNC_CUDA_PDL");
+    cd->pdl = cd->cc >= 90 && !(pdl && (strcmp(pdl, "0") == 0 || strcmp(pdl, "off") == 0));
     cuda_profile_init(dev);
     if (cd->profile)
         cd->graphs = false; /* a profile waits after every launch, which a capture cannot */
     gpu_title(cu, cd->device, dev->name, sizeof dev->name);
-    rt_log("runtime", "%s: %s, %d SMs, driver %d, fusion %s, graphs %s", dev->spec, dev->name, cd->sms,
-           cd->driver_version, atomic_load(&cd->fuse) ? "on" : "off", cd->graphs ? "on" : "off");
+    rt_log("runtime", "%s: %s, %d SMs, driver %d, fusion %s, graphs %s, overlapped launches %s", dev->spec, dev->name,
+           cd->sms, cd->driver_version, atomic_load(&cd->fuse) ? "on" : "off", cd->graphs ? "on" : "off",
+           cd->pdl ? "on" : "off");
     return BURNC_OK;
 }
 

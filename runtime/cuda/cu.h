@@ -89,6 +89,23 @@ enum {
     CU_JIT_INPUT_PTX = 1,
     CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
 };
+/* cuLaunchKernelEx's configuration, with the one attribute burnc sets */
+enum { CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+typedef struct CUlaunchAttribute {
+    int id;
+    char pad[4];
+    union {
+        _Alignas(8) char pad[64];
+        int programmatic_stream_serialization_allowed;
+    } value;
+} CUlaunchAttribute;
+typedef struct CUlaunchConfig {
+    unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared;
+    CUstream stream;
+    CUlaunchAttribute *attrs;
+    unsigned n_attrs;
+} CUlaunchConfig;
+_Static_assert(sizeof(CUlaunchAttribute) == 72 && sizeof(CUlaunchConfig) == 56, "cuda.h's launch structs");
 #define CU_LAUNCH_PARAM_END ((void *)0x00)
 #define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
 #define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
@@ -130,6 +147,7 @@ typedef struct cuda_driver {
     CUresult (*FuncSetAttribute)(CUfunction fn, int attrib, int value);
     CUresult (*LaunchKernel)(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                              unsigned bz, unsigned shared, CUstream stream, void **params, void **extra);
+    CUresult (*LaunchKernelEx)(const CUlaunchConfig *config, CUfunction fn, void **params, void **extra);
     CUresult (*LinkCreate)(unsigned n, int *options, void **values, CUlinkState *state);
     CUresult (*LinkAddData)(CUlinkState state, int type, void *data, size_t size, const char *name, unsigned n,
                             int *options, void **values);
@@ -202,6 +220,7 @@ typedef struct cuda_device {
     CUevent timer[2];    /* burnc_device_timer_start and _stop's marks (made at the first) */
     bool timer_armed;    /* timer[0] goes on the stream right before the next launch */
     int cc;              /* compute capability: 10 x major + minor */
+    bool pdl;            /* launches overlap their predecessor's end (cc >= 90; BURNC_CUDA_PDL=0 turns it off) */
     int sms, driver_version, max_shared_optin;
     size_t total_mem;
     char gpu_name[128];
@@ -248,7 +267,10 @@ typedef struct cuda_profile cuda_profile;
 void cuda_profile_init(rt_device *dev);
 void cuda_profile_report(rt_device *dev);
 /* Every kernel launch (the lock held): cuLaunchKernel on the device's stream, `what` naming it in
- * an error, `name` in the profile. */
+ * an error, `name` in the profile. With cd->pdl, cuLaunchKernelEx with programmatic stream
+ * serialization: every entry burnc generates for sm >= 90 starts with griddepcontrol.wait
+ * (cg_ptx_grid_dependency), so the kernel is scheduled while the one before it drains and
+ * starts its work once that one has finished. Kernels from elsewhere never go through here. */
 burnc_status_t cuda_launch_fn(rt_device *dev, CUfunction fn, const uint32_t grid[3], const uint32_t block[3],
                               uint32_t shared, void **params, void **extra, const char *what, const char *name);
 /* Puts burnc_device_timer_start's event on the stream if it waits for the first launch (the

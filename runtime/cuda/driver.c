@@ -49,6 +49,7 @@ static struct {
     X(ModuleGetFunction, "cuModuleGetFunction")              \
     X(FuncSetAttribute, "cuFuncSetAttribute")                \
     X(LaunchKernel, "cuLaunchKernel")                        \
+    X(LaunchKernelEx, "cuLaunchKernelEx")                    \
     X(LinkCreate, "cuLinkCreate_v2")                         \
     X(LinkAddData, "cuLinkAddData_v2")                       \
     X(LinkComplete, "cuLinkComplete")                        \

@@ -98,9 +98,17 @@ burnc_status_t cuda_launch_fn(rt_device *dev, CUfunction fn, const uint32_t grid
     RT_TRY(cuda_timer_first_launch(dev));
     if (p)
         cd->cu->EventRecord(p->start, cd->stream);
-    burnc_status_t s = cuda_check(dev, cd->cu->LaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1],
-                                                            block[2], shared, cd->stream, params, extra),
-                                  what);
+    CUresult r;
+    if (cd->pdl) {
+        CUlaunchAttribute at = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                                .value.programmatic_stream_serialization_allowed = 1};
+        CUlaunchConfig c = {grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, cd->stream, &at, 1};
+        r = cd->cu->LaunchKernelEx(&c, fn, params, extra);
+    } else {
+        r = cd->cu->LaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, cd->stream,
+                                 params, extra);
+    }
+    burnc_status_t s = cuda_check(dev, r, what);
     if (s == BURNC_OK && p) {
         float ms = 0;
         if (cd->cu->EventRecord(p->end, cd->stream) == CUDA_SUCCESS &&
