@@ -28,11 +28,13 @@ const char *cg_host_triple(void);
  * this LLVM has no NVPTX target. The caller disposes it. */
 LLVMTargetMachineRef cg_nvptx_tm(int sm, bool arch_a, const char *what, char *err, size_t cap);
 /* The start of every GPU entry for sm >= 90, built at b's position (nothing below 90):
- * griddepcontrol.wait, then griddepcontrol.launch_dependents. The wait holds the block until
- * the kernels before it on the stream have finished and their writes are visible, so the
- * runtime may launch it with programmatic stream serialization (runtime/cuda/profile.c): it is
- * then scheduled while its predecessor drains instead of after it. Without that attribute
- * the wait returns at once. */
+ * griddepcontrol.wait, which holds the block until the kernels before it on the stream have
+ * finished and their writes are visible. The runtime may then launch it with programmatic
+ * stream serialization (runtime/cuda/profile.c): its launch is processed while the kernel
+ * before it drains, not after. Without that attribute the wait returns at once. No entry
+ * calls griddepcontrol.launch_dependents: a dependent launched at a block's start made the
+ * deep MLP's step 25% slower on the H200, its matmuls' blocks resident early and waiting
+ * (scripts/gpu/NOTES.md); without it a dependent starts as the last block exits. */
 void cg_ptx_grid_dependency(LLVMContextRef ctx, LLVMBuilderRef b, int sm);
 /* Verifies mod, runs the pass pipeline `passes` ("default<O3>") and emits mod for tm into *out
  * (as cg_buffer_text: an object when object, else assembly text). Messages start with what.

@@ -2131,7 +2131,7 @@ void cg_ptx_grid_dependency(LLVMContextRef ctx, LLVMBuilderRef b, int sm)
 {
     if (sm < 90)
         return;
-    static const char text[] = "griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;", cons[] = "~{memory}";
+    static const char text[] = "griddepcontrol.wait;", cons[] = "~{memory}";
     LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(ctx), NULL, 0, 0);
     LLVMValueRef f = LLVMGetInlineAsm(ft, text, sizeof text - 1, cons, sizeof cons - 1, 1, 0, LLVMInlineAsmDialectATT, 0);
     LLVMBuildCall2(b, ft, f, NULL, 0, "");

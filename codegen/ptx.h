@@ -30,8 +30,7 @@
  * (cg_ptx_row_cached no longer counts phases that read a kept value instead), and the
  * element-wise default of positions per thread (cg_ptx_default_items); then the column entry
  * (CG_PTX_ENTRY_COLS, cg_ptx_has_cols, cg_ptx_cols_threads); then, for sm >= 90, every entry
- * starts with griddepcontrol.wait and launch_dependents (cg_ptx_grid_dependency), which the
- * runtime relies on to launch with programmatic stream serialization. */
+ * starts with griddepcontrol.wait (cg_ptx_grid_dependency), which the runtime relies on to launch with programmatic stream serialization. */
 #ifndef BURNC_PTX_H
 #define BURNC_PTX_H
 

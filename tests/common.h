@@ -227,23 +227,27 @@ static inline burnc_memory_report_t bt_memory(burnc_device_t *dev)
 }
 
 /* Whether every entry of ptx keeps cg_ptx_grid_dependency's promise for sm: from sm_90 on,
- * griddepcontrol.wait and launch_dependents come before the entry's first access to memory
- * other than its parameters, shared and local memory; below sm_90 there is no griddepcontrol
- * at all. On failure why holds the entry and the line. */
+ * griddepcontrol.wait comes before the entry's first access to memory other than its
+ * parameters, shared and local memory, and no entry triggers its dependents early
+ * (launch_dependents); below sm_90 there is no griddepcontrol at all. On failure why holds
+ * the entry and the line. */
 static inline bool bt_grid_dependency_ok(const char *ptx, int sm, char *why, size_t cap)
 {
     if (sm < 90) {
         snprintf(why, cap, "griddepcontrol for sm_%d", sm);
         return !strstr(ptx, "griddepcontrol");
     }
+    if (strstr(ptx, "griddepcontrol.launch_dependents")) {
+        snprintf(why, cap, "griddepcontrol.launch_dependents");
+        return false;
+    }
     int entries = 0;
     for (const char *e = strstr(ptx, ".entry "); e; e = strstr(e + 1, ".entry ")) {
         entries++;
-        const char *next = strstr(e + 1, ".entry "), *wait = strstr(e, "griddepcontrol.wait;"),
-                   *dep = strstr(e, "griddepcontrol.launch_dependents;");
+        const char *next = strstr(e + 1, ".entry "), *wait = strstr(e, "griddepcontrol.wait;");
         int name = (int)strcspn(e + 7, "(\n");
-        if (!wait || !dep || (next && (wait > next || dep > next))) {
-            snprintf(why, cap, "entry %.*s: no griddepcontrol.wait and launch_dependents", name, e + 7);
+        if (!wait || (next && wait > next)) {
+            snprintf(why, cap, "entry %.*s: no griddepcontrol.wait", name, e + 7);
             return false;
         }
         for (const char *l = strchr(e, '\n'); l && l < wait; l = strchr(l + 1, '\n')) {

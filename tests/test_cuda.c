@@ -528,9 +528,9 @@ Test(cuda, graphs_replay_repeated_batches)
     BT_LEAK_CHECK();
 }
 
-/* On a GPU of compute capability 9.0 or more, every launch may start while the one before it
- * drains (programmatic stream serialization); each kernel's griddepcontrol.wait must still
- * hold its work until its predecessor has finished. A chain of 330 one-kernel ops over 4 MB,
+/* On a GPU of compute capability 9.0 or more, every launch is processed while the one before
+ * it drains (programmatic stream serialization); each kernel's griddepcontrol.wait must hold
+ * its work until its predecessor has finished. A chain of 330 one-kernel ops over 4 MB,
  * each reading the last one's output, with buffers recycled by the pool (so a kernel writes
  * where the one before it may still be reading) and a row sum broadcast back every tenth
  * step, gives exactly 300 everywhere: with the launches overlapped, without, and replayed from

@@ -269,8 +269,9 @@ void cuda_profile_report(rt_device *dev);
 /* Every kernel launch (the lock held): cuLaunchKernel on the device's stream, `what` naming it in
  * an error, `name` in the profile. With cd->pdl, cuLaunchKernelEx with programmatic stream
  * serialization: every entry burnc generates for sm >= 90 starts with griddepcontrol.wait
- * (cg_ptx_grid_dependency), so the kernel is scheduled while the one before it drains and
- * starts its work once that one has finished. Kernels from elsewhere never go through here. */
+ * (cg_ptx_grid_dependency), so the launch is processed while the kernel before it drains and
+ * its blocks start their work once that one has finished. Kernels from elsewhere never go
+ * through here. */
 burnc_status_t cuda_launch_fn(rt_device *dev, CUfunction fn, const uint32_t grid[3], const uint32_t block[3],
                               uint32_t shared, void **params, void **extra, const char *what, const char *name);
 /* Puts burnc_device_timer_start's event on the stream if it waits for the first launch (the
