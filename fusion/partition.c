@@ -11,8 +11,8 @@
  *
  * A value lives only in registers unless the user holds it (needed_outside) or a record of
  * another group loads it: only then does its kernel store it. A member whose every reader
- * recomputes it is dropped. Reading an expensive member (a transcendental, a reduction)
- * through another view is a cut: it is stored, computed once, and the reader goes to a later
+ * recomputes it is dropped. Reading an expensive member (a transcendental, a reduction, a
+ * float division or square root) through another view is a cut: it is stored, computed once, and the reader goes to a later
  * kernel, so an expensive producer is never duplicated into a broadcasting consumer. The
  * number of stores is known only once every consumer is placed, so a group that ends up with
  * more than KIR_MAX_OUTPUTS is split where its stores overflow and the pass runs again (each
@@ -167,8 +167,18 @@ static void find_live(part *p)
 
 static bool narrow(burnc_dtype_t dt) { return dt == BURNC_DTYPE_F16 || dt == BURNC_DTYPE_BF16; }
 
+/* A float division or square root: one kernel-IR instruction, but the correctly rounded
+ * sequence behind it is long (on the H200, with its slow-path calls, several times a GELU's
+ * share of the deep MLP's GELU backward: that kernel took 58-60 us recomputing a LayerNorm's
+ * 1 / sqrt(var + eps) at each of its 4M positions, against 43 reading stored values). */
+static bool ieee_long(const ir_record *r)
+{
+    bool fp = kir_type_is_float(kir_type_of(r->compute));
+    return fp && (r->op == IR_OP_DIV || r->op == IR_OP_SQRT || r->op == IR_OP_RSQRT || r->op == IR_OP_RECIPROCAL);
+}
+
 /* Cheap enough to compute again wherever it is read: a few instructions, nothing
- * transcendental, no position-dependent source. */
+ * transcendental, no division or square root, no position-dependent source. */
 static bool cheap(part *p, const ir_record *r)
 {
     switch (ir_op_class(r->op)) {
@@ -177,8 +187,8 @@ static bool cheap(part *p, const ir_record *r)
         if (r->op == IR_OP_CAST) /* one conversion, unless it must round an f64 or a wide int twice */
             return !narrow(r->dtype) || kir_type_of(r->compute) == KIR_F32 || r->compute == BURNC_DTYPE_U8 ||
                    r->compute == BURNC_DTYPE_BOOL;
-        return measure(p, r) <= CHEAP_INSTS;
-    case IR_CLASS_BINARY: return measure(p, r) <= CHEAP_INSTS;
+        return measure(p, r) <= CHEAP_INSTS && !ieee_long(r);
+    case IR_CLASS_BINARY: return measure(p, r) <= CHEAP_INSTS && !ieee_long(r);
     case IR_CLASS_TERNARY: return true;
     case IR_CLASS_MOVE: /* a plain copy (a reshaping one walks another shape) */
         return r->op == IR_OP_COPY && r->in[0].view.rank == r->out_rank &&

@@ -996,6 +996,60 @@ Test(autodiff, balanced_checkpointing_keeps_costly_elementwise_outputs)
     BT_LEAK_CHECK();
 }
 
+/* d/dx sum(y * w) for a LayerNorm without affine, y = (x - mean) / sqrt(var + eps), rows of 61,
+ * on spec, balanced or not; with checkpointing, the node of 1 / sqrt(var + eps), which the
+ * product reads by broadcast, keeps its value, and the centring (read at its own shape) replays. */
+static void layer_norm_grad(const char *spec, bool balanced, float *out, int64_t rows)
+{
+    enum { COLS = 61 };
+    burnc_device_t *plain = open_or_skip(spec), *ad = burnc_device_autodiff(plain);
+    if (balanced)
+        BT_ASSERT_OK(burnc_device_gradient_checkpointing(ad));
+    int64_t shape[2] = {rows, COLS}, n = rows * COLS;
+    float *v = malloc((size_t)n * sizeof *v);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)((i * 37) % 101) * 0.03125f - 1.5f;
+    burnc_tensor_t *x0 = burnc_tensor_from_data(ad, BURNC_DTYPE_F32, 2, shape, v);
+    burnc_tensor_t *x = burnc_tensor_require_grad(x0);
+    burnc_scope_begin();
+    const int last = 1;
+    burnc_tensor_t *xc = burnc_sub(x, burnc_mean(x, 1, &last, true));
+    burnc_tensor_t *r = burnc_reciprocal(burnc_sqrt(burnc_add_scalar(burnc_mean(burnc_mul(xc, xc), 1, &last, true), 1e-5)));
+    burnc_tensor_t *y = burnc_mul(xc, r);
+    cr_assert_not_null(y, "%s", burnc_error_message());
+    if (balanced)
+        cr_assert(r->ad->out && !r->ad->recompute && xc->ad->recompute && !xc->ad->out,
+                  "balanced: 1 / sqrt(var + eps) should keep its value, the centring replay it");
+    burnc_tensor_t *loss = burnc_tensor_keep(burnc_sum(burnc_mul(y, burnc_sin(x)), 0, NULL, false));
+    burnc_scope_end();
+    burnc_grads_t *g = burnc_backward(loss);
+    cr_assert_not_null(g, "%s", burnc_error_message());
+    burnc_tensor_t *gx = burnc_grad(g, x);
+    BT_ASSERT_OK(burnc_tensor_read(gx, out, (size_t)n * sizeof *out));
+    burnc_tensor_release(gx);
+    burnc_grads_release(g);
+    burnc_tensor_release(loss);
+    burnc_tensor_release(x);
+    burnc_tensor_release(x0);
+    free(v);
+    burnc_device_release(ad);
+    burnc_device_release(plain);
+}
+
+/* Balanced checkpointing keeps a value read by broadcast (smaller than its reader: replayed it
+ * would be a kernel of its own before each reader), with bitwise the same gradients. */
+Test(autodiff, balanced_checkpointing_keeps_values_read_by_broadcast)
+{
+    enum { ROWS = 37, N = ROWS * 61 };
+    static float plain[N], kept[N];
+    layer_norm_grad(test_device(), false, plain, ROWS);
+    layer_norm_grad(test_device(), true, kept, ROWS);
+    for (int i = 0; i < N; i++)
+        cr_assert(memcmp(&plain[i], &kept[i], sizeof *kept) == 0, "gradient %d: %.9g balanced, %.9g without", i,
+                  (double)kept[i], (double)plain[i]);
+    BT_LEAK_CHECK();
+}
+
 /* gelu's gradient in f32 keeps its relative accuracy in the tail, where gelu' is tiny and
  * negative: the rule is one gelu_grad op. Written as 0.5 (1 + erf(x / sqrt 2)) + x phi(x) it
  * was off by 1.6e-3 at x = -5 and 2-3% below -5.5 (1 + erf cancels). Against Phi(x) + x phi(x)

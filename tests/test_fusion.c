@@ -751,28 +751,33 @@ Test(fusion, broadcasting_chain_of_ten_is_one_kernel)
     BT_LEAK_CHECK();
 }
 
+/* An expensive value read through a broadcast is computed once and stored: a transcendental
+ * (variant 0), and, though each is one kernel-IR instruction, a LayerNorm's 1 / sqrt(var + eps)
+ * (variant 1) and a float division (variant 2), whose correctly rounded sequences are long. */
 Test(fusion, expensive_producer_read_by_broadcast_is_materialized)
 {
-    tb *b = tb_new();
-    const int64_t m[1] = {17}, nm[2] = {5, 17};
-    tt a = input(b, BURNC_DTYPE_F32, 1, m), x = input(b, BURNC_DTYPE_F32, 2, nm);
-    tt e = un(b, IR_OP_EXP, a);
-    keep(b, bin(b, IR_OP_ADD, x, e)); /* e broadcast over 5 rows */
-    fus_plan p = check_runs(b, F32_RTOL, F32_ATOL, 6);
-    cr_assert_eq(p.n_groups, 2);
-    cr_assert(is_stored(&p, e.st), "exp is computed once and stored");
-    cr_assert_eq(group_of(&p, 0), 0);
-    cr_assert_eq(group_of(&p, 1), 1);
-    /* the consumer loads it with a broadcast index map */
-    const kir_kernel *k = &p.groups[1].kernel;
-    bool bc = false;
-    for (int s = 0; s < k->n_inputs; s++)
-        if (st_id(p.groups[1].in_storage[s]) == e.st)
-            bc = k->inputs[s].stride[0] == KIR_STRIDE_ZERO;
-    cr_assert(bc);
-    cr_assert(strstr(p.groups[0].why_cut, "shape") != NULL, "why: %s", p.groups[0].why_cut);
-    fus_plan_free(&p);
-    free(b);
+    for (int variant = 0; variant < 3; variant++) {
+        tb *b = tb_new();
+        const int64_t m[1] = {17}, nm[2] = {5, 17};
+        tt a = input(b, BURNC_DTYPE_F32, 1, m), x = input(b, BURNC_DTYPE_F32, 2, nm);
+        tt e = variant == 0   ? un(b, IR_OP_EXP, a)
+               : variant == 1 ? un(b, IR_OP_RECIPROCAL, un(b, IR_OP_SQRT, bin_s(b, IR_OP_ADD, un(b, IR_OP_ABS, a), 1e-5)))
+                              : bin_s(b, IR_OP_DIV, a, 3.0);
+        keep(b, bin(b, IR_OP_ADD, x, e)); /* e broadcast over 5 rows */
+        fus_plan p = check_runs(b, F32_RTOL, F32_ATOL, 6 + (uint64_t)variant);
+        cr_assert_eq(p.n_groups, 2, "variant %d: %d groups", variant, p.n_groups);
+        cr_assert(is_stored(&p, e.st), "variant %d: the value is computed once and stored", variant);
+        /* the consumer loads it with a broadcast index map */
+        const fus_group *g = &p.groups[p.n_groups - 1];
+        bool bc = false;
+        for (int s = 0; s < g->kernel.n_inputs; s++)
+            if (st_id(g->in_storage[s]) == e.st)
+                bc = g->kernel.inputs[s].stride[0] == KIR_STRIDE_ZERO;
+        cr_assert(bc, "variant %d", variant);
+        cr_assert(strstr(p.groups[0].why_cut, "shape") != NULL, "variant %d, why: %s", variant, p.groups[0].why_cut);
+        fus_plan_free(&p);
+        free(b);
+    }
     BT_LEAK_CHECK();
 }
 
