@@ -939,19 +939,51 @@ Test(autodiff, checkpointing_gives_identical_gradients_and_lower_peak_on_device)
     BT_LEAK_CHECK();
 }
 
-/* d/dx sum(exp(gelu(2 x) + 1)) in f32 on spec, balanced or not. With checkpointing the gelu
- * node keeps its output and replays 2 x, while exp and the add keep nothing (rules.c, costly). */
-static void gelu_chain_grad(const char *spec, bool balanced, float *out, int64_t n)
+/* A checkpointing test's loss of x (in the caller's scope), after checking x's nodes. */
+typedef burnc_tensor_t *(*ckpt_loss_fn)(burnc_tensor_t *x, bool balanced);
+
+/* d/dx loss(x) in f32 on spec, balanced or not, for x of `shape` holding v. */
+static void ckpt_grad(const char *spec, bool balanced, int rank, const int64_t *shape, const float *v, ckpt_loss_fn f,
+                      float *out)
 {
     burnc_device_t *plain = open_or_skip(spec), *ad = burnc_device_autodiff(plain);
     if (balanced)
         BT_ASSERT_OK(burnc_device_gradient_checkpointing(ad));
-    float *v = malloc((size_t)n * sizeof *v);
-    for (int64_t i = 0; i < n; i++)
-        v[i] = (float)(i % 97) * 0.0625f - 3.0f;
-    burnc_tensor_t *x0 = burnc_tensor_from_data(ad, BURNC_DTYPE_F32, 1, &n, v);
+    burnc_tensor_t *x0 = burnc_tensor_from_data(ad, BURNC_DTYPE_F32, rank, shape, v);
     burnc_tensor_t *x = burnc_tensor_require_grad(x0);
     burnc_scope_begin();
+    burnc_tensor_t *loss = burnc_tensor_keep(f(x, balanced));
+    burnc_scope_end();
+    burnc_grads_t *g = burnc_backward(loss);
+    cr_assert_not_null(g, "%s", burnc_error_message());
+    burnc_tensor_t *gx = burnc_grad(g, x);
+    BT_ASSERT_OK(burnc_tensor_read(gx, out, (size_t)burnc_tensor_numel(gx) * sizeof *out));
+    burnc_tensor_release(gx);
+    burnc_grads_release(g);
+    burnc_tensor_release(loss);
+    burnc_tensor_release(x);
+    burnc_tensor_release(x0);
+    burnc_device_release(ad);
+    burnc_device_release(plain);
+}
+
+/* The two runs of ckpt_grad, bitwise equal. */
+static void check_ckpt_equal(int rank, const int64_t *shape, const float *v, ckpt_loss_fn f, int64_t n)
+{
+    float *plain = malloc((size_t)n * sizeof *plain), *kept = malloc((size_t)n * sizeof *kept);
+    ckpt_grad(test_device(), false, rank, shape, v, f, plain);
+    ckpt_grad(test_device(), true, rank, shape, v, f, kept);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert(memcmp(&plain[i], &kept[i], sizeof *kept) == 0, "gradient %lld: %.9g balanced, %.9g without",
+                  (long long)i, (double)kept[i], (double)plain[i]);
+    free(plain);
+    free(kept);
+}
+
+/* sum(exp(gelu(2 x) + 1)). With checkpointing the gelu node keeps its output and replays 2 x,
+ * while exp and the add keep nothing (rules.c, costly). */
+static burnc_tensor_t *gelu_chain_loss(burnc_tensor_t *x, bool balanced)
+{
     burnc_tensor_t *z = burnc_mul_scalar(x, 2.0), *y = burnc_gelu(z), *e = burnc_exp(burnc_add_scalar(y, 1.0));
     cr_assert_not_null(e, "%s", burnc_error_message());
     cr_assert_eq(y->ad->out != NULL, balanced || (ad_rule_of(IR_OP_GELU).needs & AD_OUT), "gelu's output kept");
@@ -960,20 +992,7 @@ static void gelu_chain_grad(const char *spec, bool balanced, float *out, int64_t
                   "balanced: gelu should keep its output, the multiply and exp recompute theirs");
         cr_assert_null(y->ad->in[0].value, "balanced: gelu keeps its input though the multiply replays it");
     }
-    burnc_tensor_t *loss = burnc_tensor_keep(burnc_sum(e, 0, NULL, false));
-    burnc_scope_end();
-    burnc_grads_t *g = burnc_backward(loss);
-    cr_assert_not_null(g, "%s", burnc_error_message());
-    burnc_tensor_t *gx = burnc_grad(g, x);
-    BT_ASSERT_OK(burnc_tensor_read(gx, out, (size_t)n * sizeof *out));
-    burnc_tensor_release(gx);
-    burnc_grads_release(g);
-    burnc_tensor_release(loss);
-    burnc_tensor_release(x);
-    burnc_tensor_release(x0);
-    free(v);
-    burnc_device_release(ad);
-    burnc_device_release(plain);
+    return burnc_sum(e, 0, NULL, false);
 }
 
 /* Balanced checkpointing keeps the outputs of element-wise ops dearer to recompute than to
@@ -987,31 +1006,18 @@ Test(autodiff, balanced_checkpointing_keeps_costly_elementwise_outputs)
     cr_assert(!(ad_rule_of(IR_OP_ADD).needs & AD_COMPUTE), "add");
     cr_assert(!(ad_rule_of(IR_OP_CAST).needs & AD_COMPUTE), "cast");
     enum { N = 4099 };
-    static float plain[N], kept[N];
-    gelu_chain_grad(test_device(), false, plain, N);
-    gelu_chain_grad(test_device(), true, kept, N);
+    static float v[N];
     for (int i = 0; i < N; i++)
-        cr_assert(memcmp(&plain[i], &kept[i], sizeof *kept) == 0, "gradient %d: %.9g balanced, %.9g without", i,
-                  (double)kept[i], (double)plain[i]);
+        v[i] = (float)(i % 97) * 0.0625f - 3.0f;
+    check_ckpt_equal(1, (int64_t[]){N}, v, gelu_chain_loss, N);
     BT_LEAK_CHECK();
 }
 
-/* d/dx sum(y * w) for a LayerNorm without affine, y = (x - mean) / sqrt(var + eps), rows of 61,
- * on spec, balanced or not; with checkpointing, the node of 1 / sqrt(var + eps), which the
- * product reads by broadcast, keeps its value, and the centring (read at its own shape) replays. */
-static void layer_norm_grad(const char *spec, bool balanced, float *out, int64_t rows)
+/* sum(y sin x) for a LayerNorm without affine, y = (x - mean) / sqrt(var + eps) by rows; with
+ * checkpointing, the node of 1 / sqrt(var + eps), which the product reads by broadcast, keeps
+ * its value, and the centring (read at its own shape) replays. */
+static burnc_tensor_t *layer_norm_loss(burnc_tensor_t *x, bool balanced)
 {
-    enum { COLS = 61 };
-    burnc_device_t *plain = open_or_skip(spec), *ad = burnc_device_autodiff(plain);
-    if (balanced)
-        BT_ASSERT_OK(burnc_device_gradient_checkpointing(ad));
-    int64_t shape[2] = {rows, COLS}, n = rows * COLS;
-    float *v = malloc((size_t)n * sizeof *v);
-    for (int64_t i = 0; i < n; i++)
-        v[i] = (float)((i * 37) % 101) * 0.03125f - 1.5f;
-    burnc_tensor_t *x0 = burnc_tensor_from_data(ad, BURNC_DTYPE_F32, 2, shape, v);
-    burnc_tensor_t *x = burnc_tensor_require_grad(x0);
-    burnc_scope_begin();
     const int last = 1;
     burnc_tensor_t *xc = burnc_sub(x, burnc_mean(x, 1, &last, true));
     burnc_tensor_t *r = burnc_reciprocal(burnc_sqrt(burnc_add_scalar(burnc_mean(burnc_mul(xc, xc), 1, &last, true), 1e-5)));
@@ -1020,33 +1026,18 @@ static void layer_norm_grad(const char *spec, bool balanced, float *out, int64_t
     if (balanced)
         cr_assert(r->ad->out && !r->ad->recompute && xc->ad->recompute && !xc->ad->out,
                   "balanced: 1 / sqrt(var + eps) should keep its value, the centring replay it");
-    burnc_tensor_t *loss = burnc_tensor_keep(burnc_sum(burnc_mul(y, burnc_sin(x)), 0, NULL, false));
-    burnc_scope_end();
-    burnc_grads_t *g = burnc_backward(loss);
-    cr_assert_not_null(g, "%s", burnc_error_message());
-    burnc_tensor_t *gx = burnc_grad(g, x);
-    BT_ASSERT_OK(burnc_tensor_read(gx, out, (size_t)n * sizeof *out));
-    burnc_tensor_release(gx);
-    burnc_grads_release(g);
-    burnc_tensor_release(loss);
-    burnc_tensor_release(x);
-    burnc_tensor_release(x0);
-    free(v);
-    burnc_device_release(ad);
-    burnc_device_release(plain);
+    return burnc_sum(burnc_mul(y, burnc_sin(x)), 0, NULL, false);
 }
 
 /* Balanced checkpointing keeps a value read by broadcast (smaller than its reader: replayed it
  * would be a kernel of its own before each reader), with bitwise the same gradients. */
 Test(autodiff, balanced_checkpointing_keeps_values_read_by_broadcast)
 {
-    enum { ROWS = 37, N = ROWS * 61 };
-    static float plain[N], kept[N];
-    layer_norm_grad(test_device(), false, plain, ROWS);
-    layer_norm_grad(test_device(), true, kept, ROWS);
+    enum { ROWS = 37, COLS = 61, N = ROWS * COLS };
+    static float v[N];
     for (int i = 0; i < N; i++)
-        cr_assert(memcmp(&plain[i], &kept[i], sizeof *kept) == 0, "gradient %d: %.9g balanced, %.9g without", i,
-                  (double)kept[i], (double)plain[i]);
+        v[i] = (float)((i * 37) % 101) * 0.03125f - 1.5f;
+    check_ckpt_equal(2, (int64_t[]){ROWS, COLS}, v, layer_norm_loss, N);
     BT_LEAK_CHECK();
 }
 
