@@ -27,8 +27,8 @@
  * backward replays the op from its inputs' values, recursively, and caches the result until
  * that node has been processed. Compute-bound nodes (matmul, reductions, and element-wise ops
  * dearer to recompute than to reread, such as gelu: rules.c, costly) keep their outputs, and
- * so does a memory-bound node whose value another node reads by broadcast (it is smaller than
- * that reader's result, and replayed it would need a kernel of its own), so
+ * so does a memory-bound node whose value an element-wise node reads by broadcast (it is
+ * smaller than that reader's result, and replayed it would need a kernel of its own), so
  * the recursion stops there, at leaves, and at untracked inputs (which a memory-bound node
  * keeps, being unable to recompute them). Element-wise results are bitwise the same however
  * they are fused, and reductions are never recomputed, so the gradients are bitwise the same
@@ -233,6 +233,8 @@ burnc_tensor_t *ad_track(int kind, int n_in, burnc_tensor_t *const *ins, burnc_t
         atomic_fetch_add(&n->p.dev->refs, 1);
     bool balanced = out->ctx && out->ctx->checkpointing == BURNC_CHECKPOINT_BALANCED;
     n->recompute = balanced && !(rule.needs & AD_COMPUTE);
+    ir_class cls = kind < IR_OP_COUNT ? ir_op_class((ir_op)kind) : IR_CLASS_MOVE;
+    bool elementwise = cls == IR_CLASS_UNARY || cls == IR_CLASS_BINARY || cls == IR_CLASS_TERNARY;
     for (int k = 0; k < n_in; k++) {
         burnc_tensor_t *x = ins[k];
         ad_input *in = &n->in[k];
@@ -241,10 +243,10 @@ burnc_tensor_t *ad_track(int kind, int n_in, burnc_tensor_t *const *ins, burnc_t
         memcpy(in->shape, x->view.shape, sizeof in->shape);
         in->node = ad_node_retain(x->ad);
         bool needed = k < 8 && (rule.needs >> k & 1);
-        if (balanced && in->node && in->node->recompute && !in->node->out &&
+        if (balanced && elementwise && in->node && in->node->recompute && !in->node->out &&
             ir_numel(x->view.rank, x->view.shape) < ir_numel(out->view.rank, out->view.shape)) {
-            /* read by broadcast (a LayerNorm's 1 / sqrt(var + eps)): smaller than what reads it,
-             * so kept, not replayed; replayed, it ran as a kernel of its own before every
+            /* read by broadcast (a LayerNorm's 1 / sqrt(var + eps)): smaller than what reads
+             * it, so kept, not replayed; replayed, it ran as a kernel of its own before every
              * reader (on the H200, 7 launches a step of the deep MLP) */
             if (!(in->node->out = alias(x)))
                 goto oom;

@@ -12,11 +12,11 @@
  * A value lives only in registers unless the user holds it (needed_outside) or a record of
  * another group loads it: only then does its kernel store it. A member whose every reader
  * recomputes it is dropped. Reading an expensive member (a transcendental, a reduction, a
- * float division or square root) through another view is a cut: it is stored, computed once, and the reader goes to a later
- * kernel, so an expensive producer is never duplicated into a broadcasting consumer. The
- * number of stores is known only once every consumer is placed, so a group that ends up with
- * more than KIR_MAX_OUTPUTS is split where its stores overflow and the pass runs again (each
- * retry adds splits, so this ends). */
+ * float division or square root) through another view is a cut: it is stored, computed once,
+ * and the reader goes to a later kernel, so an expensive producer is never duplicated into a
+ * broadcasting consumer. The number of stores is known only once every consumer is placed, so
+ * a group that ends up with more than KIR_MAX_OUTPUTS is split where its stores overflow and
+ * the pass runs again (each retry adds splits, so this ends). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
