@@ -233,7 +233,7 @@ burnc_tensor_t *ad_track(int kind, int n_in, burnc_tensor_t *const *ins, burnc_t
         atomic_fetch_add(&n->p.dev->refs, 1);
     bool balanced = out->ctx && out->ctx->checkpointing == BURNC_CHECKPOINT_BALANCED;
     n->recompute = balanced && !(rule.needs & AD_COMPUTE);
-    ir_class cls = kind < IR_OP_COUNT ? ir_op_class((ir_op)kind) : IR_CLASS_MOVE;
+    ir_class cls = balanced && kind < IR_OP_COUNT ? ir_op_class((ir_op)kind) : IR_CLASS_MOVE;
     bool elementwise = cls == IR_CLASS_UNARY || cls == IR_CLASS_BINARY || cls == IR_CLASS_TERNARY;
     for (int k = 0; k < n_in; k++) {
         burnc_tensor_t *x = ins[k];
@@ -243,7 +243,7 @@ burnc_tensor_t *ad_track(int kind, int n_in, burnc_tensor_t *const *ins, burnc_t
         memcpy(in->shape, x->view.shape, sizeof in->shape);
         in->node = ad_node_retain(x->ad);
         bool needed = k < 8 && (rule.needs >> k & 1);
-        if (balanced && elementwise && in->node && in->node->recompute && !in->node->out &&
+        if (elementwise && in->node && in->node->recompute &&
             ir_numel(x->view.rank, x->view.shape) < ir_numel(out->view.rank, out->view.shape)) {
             /* read by broadcast (a LayerNorm's 1 / sqrt(var + eps)): smaller than what reads
              * it, so kept, not replayed; replayed, it ran as a kernel of its own before every

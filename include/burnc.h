@@ -600,7 +600,8 @@ BURNC_API bool burnc_device_is_autodiff(const burnc_device_t *dev);
  * to store and read back (gelu and pow: over 128 instructions an element) keep their outputs,
  * as does an element-wise op whose output a later element-wise op reads by broadcast (smaller
  * than what reads it, such as a LayerNorm's 1 / sqrt(var + eps)). Gradients are bitwise the
- * same as without it (recomputing gives the same bits); peak memory is lower. BURNC_ERR_INVALID_ARGUMENT on a NULL device or one without autodiff. */
+ * same as without it (recomputing gives the same bits); peak memory is lower.
+ * BURNC_ERR_INVALID_ARGUMENT on a NULL device or one without autodiff. */
 BURNC_API burnc_status_t burnc_device_gradient_checkpointing(burnc_device_t *dev);
 /* The handle's strategy (BURNC_CHECKPOINT_NONE for a plain or NULL device). */
 BURNC_API burnc_checkpointing_t burnc_device_gradient_checkpointing_strategy(const burnc_device_t *dev);
