@@ -384,12 +384,13 @@ static int spawn_peak(const bench_ctx *ctx, bool ckpt, unsigned long long *peak,
 }
 
 /* The fused step on ad with balanced checkpointing turned on (for the nodes recorded from now). */
-static int time_balanced(bench_ctx *ctx, bench_result *out, burnc_device_t *ad, const model *m, deep_sizes s, int reps)
+static int time_balanced(bench_ctx *ctx, bench_result *out, burnc_device_t *ad, const model *m, deep_sizes s,
+                         int warmup, int reps)
 {
     burnc_tensor_t *x = NULL, *y = NULL;
     burnc_optim_t *opt = burnc_optim_adam(1e-4, 0.9, 0.999, 1e-8, 0);
     int rc = !opt || burnc_device_gradient_checkpointing(ad) != BURNC_OK || make_batch(ad, m, s.batch, s.width, &x, &y);
-    double ms = rc ? -1 : median_steps(m, opt, x, y, ctx->dev, true, 2, reps);
+    double ms = rc ? -1 : median_steps(m, opt, x, y, ctx->dev, true, warmup, reps);
     if (ms < 0)
         rc = bench_error("train_deep: the step with balanced checkpointing");
     else
@@ -410,12 +411,13 @@ int run_train_deep(bench_ctx *ctx, bench_result *out)
         burnc_device_seed(ad, 5);
         rc = deep_build(ad, s, &m);
     }
-    /* a full-size step takes seconds on a small machine: fewer warm-up steps and repetitions */
-    int reps = ctx->reps < 3 ? ctx->reps : 3;
+    /* a full-size step takes seconds on a cpu: fewer warm-up steps and repetitions there; a GPU
+     * takes milliseconds, and the warm-up and repetitions compare_torch.py gives PyTorch */
+    int reps = on_cpu(ctx) && ctx->reps > 3 ? 3 : ctx->reps, warmup = on_cpu(ctx) ? 2 : 4;
     if (!rc)
-        rc = time_steps(ctx, out, ad, &m, s.batch, s.width, 2, reps);
+        rc = time_steps(ctx, out, ad, &m, s.batch, s.width, warmup, reps);
     if (!rc) /* the same steps with balanced checkpointing: what recomputing costs */
-        rc = time_balanced(ctx, out, ad, &m, s, reps);
+        rc = time_balanced(ctx, out, ad, &m, s, warmup, reps);
     model_free(&m);
     burnc_device_release(ad);
     unsigned long long peak[2], hash[2];

@@ -170,11 +170,18 @@ static bool narrow(burnc_dtype_t dt) { return dt == BURNC_DTYPE_F16 || dt == BUR
 /* A float division or square root: one kernel-IR instruction, but the correctly rounded
  * sequence behind it is long (on the H200, with its slow-path calls, several times a GELU's
  * share of the deep MLP's GELU backward: that kernel took 58-60 us recomputing a LayerNorm's
- * 1 / sqrt(var + eps) at each of its 4M positions, against 43 reading stored values). */
+ * 1 / sqrt(var + eps) at each of its 4M positions, against 43 reading stored values). A
+ * one-element result is the same at every position, so the generated loops compute it once
+ * (LLVM hoists it): a mean's 1 / N in the backward pass is recomputed, not a kernel of its
+ * own. */
 static bool ieee_long(const ir_record *r)
 {
     bool fp = kir_type_is_float(kir_type_of(r->compute));
-    return fp && (r->op == IR_OP_DIV || r->op == IR_OP_SQRT || r->op == IR_OP_RSQRT || r->op == IR_OP_RECIPROCAL);
+    int64_t n = 1;
+    for (int d = 0; d < r->out_rank; d++)
+        n *= r->out_shape[d];
+    return fp && n != 1 &&
+           (r->op == IR_OP_DIV || r->op == IR_OP_SQRT || r->op == IR_OP_RSQRT || r->op == IR_OP_RECIPROCAL);
 }
 
 /* Cheap enough to compute again wherever it is read: a few instructions, nothing

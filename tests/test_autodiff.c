@@ -480,6 +480,62 @@ Test(autodiff, transposed_weight_gradient_dense_and_exact)
     BT_LEAK_CHECK();
 }
 
+/* The records of the first flush the runtime logs ("...: flushed N records, ..."). */
+static void first_flush(void *user, const char *topic, const char *msg)
+{
+    const char *f = strcmp(topic, "runtime") ? NULL : strstr(msg, ": flushed ");
+    if (f && *(int *)user < 0)
+        *(int *)user = atoi(f + strlen(": flushed "));
+}
+
+/* The loss of x @ w: sum(exp(x @ w)), recorded on x's device. */
+static burnc_tensor_t *exp_matmul_loss(burnc_tensor_t *x, burnc_tensor_t *w)
+{
+    return burnc_sum(burnc_exp(burnc_matmul(x, w)), 0, NULL, false);
+}
+
+/* burnc_backward runs the recorded forward pass before recording the backward pass on a GPU
+ * (cuda, vulkan), so the device starts on it while the host records; on cpu and ref the first
+ * flush comes at the matmul's rule and holds backward records too. */
+Test(autodiff, backward_starts_the_forward_pass_first_on_a_gpu)
+{
+    burnc_device_t *plain = open_or_skip(test_device()), *dev = burnc_device_autodiff(plain);
+    cr_assert_not_null(dev, "%s", burnc_error_message());
+    burnc_scope_begin();
+    float xv[6 * 5], wv[5 * 3];
+    uint64_t st = 11;
+    for (int i = 0; i < 30; i++)
+        xv[i] = (float)draw(&st, -1, 1);
+    for (int i = 0; i < 15; i++)
+        wv[i] = (float)draw(&st, -1, 1);
+    burnc_tensor_t *x = bt_f32(dev, 2, (int64_t[]){6, 5}, xv);
+    burnc_tensor_t *w = burnc_tensor_keep(burnc_tensor_require_grad(bt_f32(dev, 2, (int64_t[]){5, 3}, wv)));
+    cr_assert_eq(burnc_device_sync(dev), BURNC_OK, "%s", burnc_error_message());
+    int forward = -1, first = -1;
+    burnc_log_set_callback(first_flush, &forward); /* the forward pass alone */
+    burnc_tensor_t *l0 = exp_matmul_loss(x, w);
+    cr_assert_eq(burnc_device_flush(dev), BURNC_OK, "%s", burnc_error_message());
+    burnc_log_set_callback(first_flush, &first); /* the same, then its backward pass */
+    burnc_grads_t *g = burnc_backward(BT_NOT_NULL(exp_matmul_loss(x, w)));
+    burnc_log_set_callback(NULL, NULL);
+    cr_assert_not_null(g, "%s", burnc_error_message());
+    cr_assert_not_null(l0);
+    cr_assert(forward > 0, "the forward pass flushed %d records", forward);
+    burnc_device_type_t type = burnc_device_type(plain);
+    if (type == BURNC_DEVICE_CUDA || type == BURNC_DEVICE_VULKAN)
+        cr_assert_eq(first, forward, "%s: the first flush of backward ran %d records, the forward pass %d",
+                     test_device(), first, forward);
+    else
+        cr_assert(first > forward, "%s: the first flush of backward ran %d records, the forward pass %d",
+                  test_device(), first, forward);
+    burnc_grads_release(g);
+    burnc_tensor_release(w);
+    burnc_scope_end();
+    burnc_device_release(dev);
+    burnc_device_release(plain);
+    BT_LEAK_CHECK();
+}
+
 Test(autodiff, basic_mul_sum_exp_matmul)
 {
     burnc_device_t *plain = open_or_skip("ref");

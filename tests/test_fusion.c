@@ -782,12 +782,14 @@ Test(fusion, expensive_producer_read_by_broadcast_is_materialized)
 }
 
 /* Cheap values read through a broadcast, a transpose or a reshape are computed again where
- * they are read: never stored, no cut. */
+ * they are read: never stored, no cut. So is a one-element division or square root (variants 4
+ * and 5: the same at every position, computed once by the generated loops), where a longer one
+ * is stored (expensive_producer_read_by_broadcast_is_materialized). */
 Test(fusion, cheap_producers_are_recomputed)
 {
-    for (int variant = 0; variant < 4; variant++) {
+    for (int variant = 0; variant < 6; variant++) {
         tb *b = tb_new();
-        const int64_t m[1] = {17}, nm[2] = {5, 17}, sq[2] = {7, 7}, six[1] = {6}, two3[2] = {2, 3};
+        const int64_t m[1] = {17}, nm[2] = {5, 17}, sq[2] = {7, 7}, six[1] = {6}, two3[2] = {2, 3}, one[1] = {1};
         tt mid, out;
         if (variant == 0) { /* broadcast over rows */
             tt c = input(b, BURNC_DTYPE_F32, 1, m), x = input(b, BURNC_DTYPE_F32, 2, nm);
@@ -801,10 +803,14 @@ Test(fusion, cheap_producers_are_recomputed)
             tt x = input(b, BURNC_DTYPE_F32, 2, sq), y = input(b, BURNC_DTYPE_F32, 2, sq);
             mid = bin_s(b, IR_OP_MUL, x, 3.0);
             out = bin(b, IR_OP_ADD, transpose(mid), y);
-        } else { /* reshaped */
+        } else if (variant == 3) { /* reshaped */
             tt a = input(b, BURNC_DTYPE_F32, 1, six), w = input(b, BURNC_DTYPE_F32, 2, two3);
             mid = bin_s(b, IR_OP_ADD, a, 1.0);
             out = bin(b, IR_OP_MUL, reshape(mid, 2, two3), w);
+        } else { /* one element, broadcast */
+            tt c = input(b, BURNC_DTYPE_F32, 1, one), x = input(b, BURNC_DTYPE_F32, 2, nm);
+            mid = variant == 4 ? bin_s(b, IR_OP_DIV, c, 3.0) : un(b, IR_OP_SQRT, un(b, IR_OP_ABS, c));
+            out = bin(b, IR_OP_MUL, x, mid);
         }
         keep(b, out);
         fus_plan p = check_runs(b, F32_RTOL, F32_ATOL, 400 + (uint64_t)variant);
