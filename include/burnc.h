@@ -621,7 +621,8 @@ BURNC_API burnc_tensor_t *burnc_tensor_detach(burnc_tensor_t *t);
  * BURNC_ERR_INVALID_ARGUMENT, and so does a loss that tracks nothing. An op without a backward
  * rule on the path fails the same way, naming the op (the graph is then kept). The pass runs
  * the recorded work after each matmul's gradient, so that the values it no longer needs are
- * freed as it goes; the gradients themselves are lazy tensors. */
+ * freed as it goes, and on cuda and vulkan devices first, so that the device computes the
+ * forward pass while the backward pass is recorded; the gradients themselves are lazy tensors. */
 BURNC_API burnc_grads_t *burnc_backward(burnc_tensor_t *loss);
 /* The same, adding into existing gradients (accumulation over several losses or micro-batches).
  * On failure the gradients are unchanged. */
