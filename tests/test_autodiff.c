@@ -443,6 +443,17 @@ Test(autodiff, movement_rules_device_against_ref)
 /* x @ w^T (a Linear's weight kept [out, in]): the weight's gradient comes out dense, as the
  * optimizer reads it (no copy), and bitwise the product gy^T @ x it is: the matmul rule makes
  * it as (x^T @ gy)^T's transpose, the same chain over k with each product's factors swapped. */
+/* The end of a test that took a weight's gradient inside a scope on dev (an autodiff handle of
+ * plain). */
+static void end_weight_step(burnc_grads_t *g, burnc_tensor_t *w, burnc_device_t *dev, burnc_device_t *plain)
+{
+    burnc_grads_release(g);
+    burnc_tensor_release(w);
+    burnc_scope_end();
+    burnc_device_release(dev);
+    burnc_device_release(plain);
+}
+
 Test(autodiff, transposed_weight_gradient_dense_and_exact)
 {
     burnc_device_t *plain = open_or_skip(test_device()), *dev = burnc_device_autodiff(plain);
@@ -472,11 +483,7 @@ Test(autodiff, transposed_weight_gradient_dense_and_exact)
         cr_assert(!memcmp(&got[i], &want[i], sizeof *got), "%s: dw[%d] is %a, r^T @ x %a", test_device(), i,
                   (double)got[i], (double)want[i]);
     burnc_tensor_release(gw);
-    burnc_grads_release(g);
-    burnc_tensor_release(w);
-    burnc_scope_end();
-    burnc_device_release(dev);
-    burnc_device_release(plain);
+    end_weight_step(g, w, dev, plain);
     BT_LEAK_CHECK();
 }
 
@@ -528,11 +535,7 @@ Test(autodiff, backward_starts_the_forward_pass_first_on_a_gpu)
     else
         cr_assert(first > forward, "%s: the first flush of backward ran %d records, the forward pass %d",
                   test_device(), first, forward);
-    burnc_grads_release(g);
-    burnc_tensor_release(w);
-    burnc_scope_end();
-    burnc_device_release(dev);
-    burnc_device_release(plain);
+    end_weight_step(g, w, dev, plain);
     BT_LEAK_CHECK();
 }
 
