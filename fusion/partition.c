@@ -177,10 +177,7 @@ static bool narrow(burnc_dtype_t dt) { return dt == BURNC_DTYPE_F16 || dt == BUR
 static bool ieee_long(const ir_record *r)
 {
     bool fp = kir_type_is_float(kir_type_of(r->compute));
-    int64_t n = 1;
-    for (int d = 0; d < r->out_rank; d++)
-        n *= r->out_shape[d];
-    return fp && n != 1 &&
+    return fp && ir_numel(r->out_rank, r->out_shape) != 1 &&
            (r->op == IR_OP_DIV || r->op == IR_OP_SQRT || r->op == IR_OP_RSQRT || r->op == IR_OP_RECIPROCAL);
 }
 
