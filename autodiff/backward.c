@@ -255,13 +255,12 @@ static burnc_status_t backward(burnc_tensor_t *loss, burnc_grads_t *fresh)
     ad_node **order = NULL;
     int count = 0;
     RT_TRY(collect(loss->ad, &order, &count));
-    /* A GPU starts on the forward pass while the host records the backward pass: the first
-     * matmul rule's flush would otherwise launch it only after that recording (on the H200 the
-     * deep MLP's step waited 70-90 us of it). On the cpu and ref devices a flush runs on this
-     * thread, so there it would only part the loss's forward from its backward. */
-    rt_device *ldev = loss->st->dev;
-    if (ldev->type == BURNC_DEVICE_CUDA || ldev->type == BURNC_DEVICE_VULKAN)
-        flush_quietly(ldev);
+    /* A device that queues its work (a GPU) starts on the forward pass while the host records
+     * the backward pass: the first matmul rule's flush would otherwise launch it only after
+     * that recording (on the H200 the deep MLP's step waited 70-90 us of it). Where a flush runs
+     * on this thread (cpu, ref) it would only part the loss's forward from its backward. */
+    if (loss->st->dev->be->queued)
+        flush_quietly(loss->st->dev);
     burnc_status_t s = BURNC_OK;
     ad_node *root = loss->ad;
     rt_scope_suspend();

@@ -45,6 +45,9 @@ struct at_outcome; /* autotune/autotune.h */
 typedef struct rt_backend {
     const char *kind; /* "ref", "cpu", "cuda", "vulkan" */
     burnc_device_type_t type;
+    /* launch only queues the work: the device runs it while the host goes on (cuda, vulkan);
+     * false where a flush runs its kernels on the calling thread (cpu, ref) */
+    bool queued;
     /* Available devices of this kind into out[0..cap); returns how many exist. */
     int (*enumerate)(burnc_device_info_t *out, int cap);
     /* Opens device number `index`: sets dev->impl and dev->name. BURNC_ERR_UNAVAILABLE with a

@@ -514,6 +514,7 @@ static burnc_status_t cuda_copy_time(rt_device *dev, size_t bytes, int reps, dou
 const rt_backend rt_cuda_backend = {
     .kind = "cuda",
     .type = BURNC_DEVICE_CUDA,
+    .queued = true,
     .enumerate = cuda_enumerate,
     .open = cuda_open,
     .close = cuda_close,

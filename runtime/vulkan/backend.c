@@ -757,6 +757,7 @@ void rt_vulkan_stats(burnc_device_t *dev, vk_stats *out)
 const rt_backend rt_vulkan_backend = {
     .kind = "vulkan",
     .type = BURNC_DEVICE_VULKAN,
+    .queued = true,
     .enumerate = vk_enumerate,
     .open = vk_open,
     .close = vk_close,
