@@ -324,6 +324,8 @@ static const ad_case reduce_cases[] = {
     {"matmul vector-vector", f_matmul, 2, {1, 1}, {S(3), S(3)}, -2, 2, 0},
     {"matmul transposed weight", f_matmul_wt, 2, {2, 2}, {S(2, 3), S(4, 3)}, -2, 2, 0},
     {"matmul transposed input", f_matmul_xt, 2, {2, 2}, {S(3, 2), S(3, 4)}, -2, 2, 0},
+    {"matmul, B's gradient in row chunks", f_matmul, 2, {2, 2}, {S(2048, 2), S(2, 2)}, -2, 2, 0},
+    {"matmul transposed weight, its gradient in row chunks", f_matmul_wt, 2, {2, 2}, {S(2048, 2), S(3, 2)}, -2, 2, 0},
 };
 
 Test(autodiff, reduction_matmul_rules_against_finite_differences)
@@ -484,6 +486,70 @@ Test(autodiff, transposed_weight_gradient_dense_and_exact)
                   (double)got[i], (double)want[i]);
     burnc_tensor_release(gw);
     end_weight_step(g, w, dev, plain);
+    BT_LEAK_CHECK();
+}
+
+/* A weight gradient over a batch of 2 to 16 chunks of 1024 rows is the chunks' products added
+ * in chunk order (autodiff/rules.c, rows_product_chunked): bitwise
+ * that composition of public ops on the same device, for a weight used as is (x @ w) and
+ * transposed (x @ w^T, which keeps its gradient dense), and within the f32 chain's bound of
+ * the one product over the whole batch. A batch of 3000 (not a multiple) keeps that product. */
+static void check_chunked_weight_gradient(int64_t batch, bool wt)
+{
+    burnc_device_t *plain = open_or_skip(test_device()), *dev = burnc_device_autodiff(plain);
+    cr_assert_not_null(dev, "%s", burnc_error_message());
+    enum { I = 5, O = 4, MAXB = 3072 };
+    static float xv[MAXB * I], wv[O * I], rv[MAXB * O], got[O * I], chunked[O * I], whole[O * I];
+    uint64_t st = 11;
+    for (int i = 0; i < batch * I; i++)
+        xv[i] = (float)draw(&st, -2, 2);
+    for (int i = 0; i < O * I; i++)
+        wv[i] = (float)draw(&st, -2, 2);
+    for (int i = 0; i < batch * O; i++)
+        rv[i] = (float)draw(&st, -2, 2);
+    burnc_scope_begin();
+    burnc_tensor_t *x = bt_f32(dev, 2, (int64_t[]){batch, I}, xv), *r = bt_f32(dev, 2, (int64_t[]){batch, O}, rv);
+    int64_t ws[2] = {wt ? O : I, wt ? I : O};
+    burnc_tensor_t *w = burnc_tensor_keep(burnc_tensor_require_grad(bt_f32(dev, 2, ws, wv)));
+    burnc_tensor_t *y = burnc_matmul(x, wt ? burnc_transpose(w, 0, 1) : w);
+    burnc_grads_t *g = burnc_backward(burnc_sum(burnc_mul(y, r), 0, NULL, false));
+    cr_assert_not_null(g, "%s", burnc_error_message());
+    burnc_tensor_t *gw = BT_NOT_NULL(burnc_grad(g, w));
+    bt_read_f32(gw, got, O * I);
+    /* [O, I] (wt) or [I, O]: p^T @ q with p, q = r, x (wt) or x, r */
+    burnc_tensor_t *p = wt ? r : x, *q = wt ? x : r;
+    int64_t c = batch / 1024, pc = burnc_tensor_shape(p)[1], qc = burnc_tensor_shape(q)[1];
+    bt_read_f32(BT_NOT_NULL(burnc_matmul(burnc_transpose(p, 0, 1), q)), whole, O * I);
+    if (batch % 1024 == 0) {
+        burnc_tensor_t *pp = burnc_transpose(burnc_reshape(p, 3, (int64_t[]){c, 1024, pc}), 1, 2);
+        burnc_tensor_t *parts = burnc_matmul(pp, burnc_reshape(q, 3, (int64_t[]){c, 1024, qc}));
+        burnc_tensor_t *sum = burnc_slice(parts, 0, 0, 1, 1);
+        for (int64_t i = 1; i < c; i++)
+            sum = burnc_add(sum, burnc_slice(parts, 0, i, i + 1, 1));
+        bt_read_f32(BT_NOT_NULL(sum), chunked, O * I);
+    } else {
+        memcpy(chunked, whole, sizeof whole);
+    }
+    for (int i = 0; i < O * I; i++) {
+        cr_assert(!memcmp(&got[i], &chunked[i], sizeof *got), "%s, batch %lld: dw[%d] is %a, the chunks' sum %a",
+                  test_device(), (long long)batch, i, (double)got[i], (double)chunked[i]);
+        int a = wt ? i / I : i / O, b = wt ? i % I : i % O;
+        double bound = 0;
+        for (int64_t k = 0; k < batch; k++)
+            bound += fabs((double)(wt ? rv[k * O + a] * xv[k * I + b] : xv[k * I + a] * rv[k * O + b]));
+        cr_assert(fabs((double)got[i] - (double)whole[i]) <= 2.0 * (double)batch * 0x1p-24 * bound,
+                  "%s, batch %lld: dw[%d] is %a, the whole product %a", test_device(), (long long)batch, i,
+                  (double)got[i], (double)whole[i]);
+    }
+    burnc_tensor_release(gw);
+    end_weight_step(g, w, dev, plain);
+}
+
+Test(autodiff, weight_gradient_over_a_long_batch_sums_row_chunks)
+{
+    check_chunked_weight_gradient(3072, true);
+    check_chunked_weight_gradient(2048, false);
+    check_chunked_weight_gradient(3000, true);
     BT_LEAK_CHECK();
 }
 
