@@ -50,6 +50,7 @@ typedef struct part {
     bool *live_all; /* needed by the user or by a live record */
     bool *live;     /* of those, the ones still computed (recomputed values drop out) */
     bool *no_join;
+    bool *sunk;     /* stored for its products' readers (sink_products), NULL before */
     pgroup *groups;
     int n_groups, cap_groups;
     int est[IR_OP_COUNT][KIR_F64 + 1][2]; /* instructions an op expands to, by result width 16 or
@@ -341,7 +342,7 @@ static bool check_leaf(void *ctx, int node, int k, const ir_view *v)
     int fresh = lc->ks->n_fresh;
     if (!keyset_add(lc->ks, &key))
         return false;
-    bool full = lc->ks->n_fresh > fresh;
+    bool full = lc->ks->n_fresh > fresh && !(q >= 0 && lc->p->sunk && lc->p->sunk[q]);
     for (int t = 0; full && t < lc->dom->rank; t++)
         full = key.strides[t] != 0;
     lc->full += full;
@@ -685,6 +686,84 @@ static burnc_status_t assign(part *p)
     return BURNC_OK;
 }
 
+/* ---- Storing a shared operand instead of its products ----------------------------------- */
+
+/* Bytes the groups store, of values that move along every axis of their domain. */
+static int64_t full_store_bytes(const part *p)
+{
+    int64_t bytes = 0;
+    for (int gi = 0; gi < p->n_groups; gi++) {
+        const pgroup *g = &p->groups[gi];
+        for (int i = 0; i < g->n_members && !g->opaque; i++) {
+            const ir_record *rec = p->c.recs[g->members[i]];
+            if (p->c.out[g->members[i]] && p->c.level[g->members[i]] == FUS_FULL)
+                bytes += ir_numel(rec->out_rank, rec->out_shape) * (int64_t)ir_dtype_size(rec->dtype);
+        }
+    }
+    return bytes;
+}
+
+/* Whether member x of group gi (full, unstored, recomputable) is the register operand of at
+ * least two stored, recomputable full members: products that a later group reads and could
+ * compute from x (a LayerNorm's backward: its column kernel stored dy * rstd and dy * (x -
+ * mean) for its row kernel, which recomputes x - mean anyway; storing dy instead moves one
+ * tensor less twice, 32 MB a block of the deep MLP). */
+static bool shared_operand(const part *p, int gi, int x)
+{
+    const fus_ctx *c = &p->c;
+    if (c->out[x] || !c->recomp[x] || c->level[x] != FUS_FULL)
+        return false;
+    const pgroup *g = &p->groups[gi];
+    int readers = 0;
+    for (int i = 0; i < g->n_members; i++) {
+        int e = g->members[i];
+        if (!c->out[e] || !c->recomp[e] || c->level[e] != FUS_FULL)
+            continue;
+        bool reads = false;
+        for (int k = 0; k < c->recs[e]->n_in; k++)
+            reads |= fus_prod(c, e, k) == x && !fus_inl(c, e, k);
+        readers += reads;
+    }
+    return readers >= 2;
+}
+
+/* Where a group stores several cheap products of one operand for later groups, that operand
+ * is stored instead (no longer recomputable, so the readers' recomputations stop at it and
+ * load it) when the partition that gives stores fewer bytes. */
+static burnc_status_t sink_products(part *p)
+{
+    fus_ctx *c = &p->c;
+    bool *kept = malloc((size_t)(c->n ? c->n : 1) * sizeof *kept);
+    p->sunk = calloc((size_t)(c->n ? c->n : 1), sizeof *p->sunk);
+    if (!kept || !p->sunk) {
+        free(kept);
+        return BURNC_ERR_OUT_OF_MEMORY;
+    }
+    memcpy(kept, c->recomp, (size_t)c->n * sizeof *kept);
+    bool any = false;
+    for (int gi = 0; gi < p->n_groups; gi++)
+        for (int i = 0; i < p->groups[gi].n_members && !p->groups[gi].opaque; i++)
+            if (shared_operand(p, gi, p->groups[gi].members[i])) {
+                c->recomp[p->groups[gi].members[i]] = false;
+                p->sunk[p->groups[gi].members[i]] = true;
+                any = true;
+            }
+    burnc_status_t s = BURNC_OK;
+    if (any) {
+        int64_t before = full_store_bytes(p);
+        free_groups(p);
+        s = assign(p);
+        if (s == BURNC_OK && full_store_bytes(p) >= before) {
+            memcpy(c->recomp, kept, (size_t)c->n * sizeof *kept);
+            memset(p->sunk, 0, (size_t)c->n * sizeof *p->sunk);
+            free_groups(p);
+            s = assign(p);
+        }
+    }
+    free(kept);
+    return s;
+}
+
 /* ---- The plan ---------------------------------------------------------------------------- */
 
 static void final_why(part *p, pgroup *g)
@@ -783,6 +862,7 @@ static void free_ctx(part *p)
     free(p->live);
     free(p->live_all);
     free(p->no_join);
+    free(p->sunk);
 }
 
 /* Records the batch could not have produced: the caller's bug, reported instead of followed. */
@@ -831,6 +911,8 @@ burnc_status_t fus_partition(ir_record *const *recs, int n, const bool *needed_o
         find_recomputable(&p);
         s = assign(&p);
     }
+    if (s == BURNC_OK && p.fuse)
+        s = sink_products(&p);
     if (s == BURNC_OK) {
         srcs = calloc((size_t)(p.n_groups ? p.n_groups : 1), sizeof *srcs);
         s = srcs ? build_plan(&p, out, srcs) : BURNC_ERR_OUT_OF_MEMORY;

@@ -823,6 +823,33 @@ Test(fusion, cheap_producers_are_recomputed)
     BT_LEAK_CHECK();
 }
 
+/* A LayerNorm's backward: a column group (the GELU's backward and gamma's sums) makes dy, and a
+ * later row group reads two cheap products of it, dy * rstd and dy * xc. The column group
+ * stores dy instead of the two products, which the row group computes again from it (it reads
+ * xc anyway): one tensor written and one read less. */
+Test(fusion, shared_operand_of_products_is_stored_instead)
+{
+    tb *b = tb_new();
+    const int64_t nd[2] = {6, 37}, d[1] = {37}, n1[2] = {6, 1};
+    tt g = input(b, BURNC_DTYPE_F32, 2, nd), z = input(b, BURNC_DTYPE_F32, 2, nd), gamma = input(b, BURNC_DTYPE_F32, 1, d);
+    tt r = input(b, BURNC_DTYPE_F32, 2, n1), xc = input(b, BURNC_DTYPE_F32, 2, nd);
+    tt dz = bin(b, IR_OP_MUL, g, un(b, IR_OP_TANH, z));
+    tt dbeta = reduce(b, IR_OP_SUM, dz, 1u, 0);
+    tt dy = bin(b, IR_OP_MUL, dz, gamma);
+    tt pa = bin(b, IR_OP_MUL, dy, r), pb = bin(b, IR_OP_MUL, dy, xc);
+    tt s = reduce(b, IR_OP_SUM, pb, 2u, 0);
+    tt out = bin(b, IR_OP_ADD, pa, bin(b, IR_OP_MUL, xc, s));
+    keep(b, dbeta);
+    keep(b, out);
+    fus_plan p = check_runs(b, F32_RTOL, F32_ATOL, 470);
+    cr_assert_eq(n_kernels(&p), 2, "%d kernels", n_kernels(&p));
+    cr_assert(is_stored(&p, dy.st), "dy is not stored");
+    cr_assert(!is_stored(&p, pa.st) && !is_stored(&p, pb.st), "a product of dy is stored");
+    fus_plan_free(&p);
+    free(b);
+    BT_LEAK_CHECK();
+}
+
 /* What the user holds is stored anyway: a broadcast reader loads it. */
 Test(fusion, held_values_are_loaded_not_recomputed)
 {
