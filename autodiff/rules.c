@@ -463,13 +463,14 @@ static burnc_tensor_t *matmul_like(tmp *tl, const burnc_tensor_t *like, burnc_te
 }
 
 /* x^T @ y for matrices x [M, P] and y [M, Q] of f32 or f64 whose rows make 2 to ROW_CHUNKS
- * chunks of ROW_CHUNK: a batched matmul of the chunks' [P, Q] products, added in chunk order
- * (one element-wise kernel), else NULL. A weight's gradient contracts over the batch: one
- * chain of M steps per element leaves P x Q chains, too few to fill a GPU (the deep MLP's
- * 1024 x 1024 weight gradient over a batch of 4096: 220 us on the H200 against 194 for its
- * four chunks), while the chunks give it M / ROW_CHUNK times as many. The graph is the same on
- * every device, so the gradients' bits are too. (burnc_sum over the chunk axis would read its
- * four values a row through a warp: 880 us there.) */
+ * chunks of ROW_CHUNK, when the partials take no more memory than x and y: a batched matmul
+ * of the chunks' [P, Q] products, added in chunk order (one element-wise kernel), else NULL.
+ * A weight's gradient contracts over the batch: one chain of M steps per element leaves P x Q
+ * chains, too few to fill a GPU (the deep MLP's 1024 x 1024 weight gradient over a batch of
+ * 4096: 220 us on the H200, against 193 + 9 for four chunks and their sum), while chunks give
+ * it M / ROW_CHUNK times as many. The graph is the same on every device, so the gradients'
+ * bits are too. (burnc_sum over the chunk axis reads four values a row through a warp: 880 us
+ * there.) */
 enum { ROW_CHUNK = 1024, ROW_CHUNKS = KIR_MAX_INPUTS };
 
 static burnc_tensor_t *rows_product_chunked(tmp *tl, burnc_tensor_t *x, burnc_tensor_t *y)
@@ -477,16 +478,16 @@ static burnc_tensor_t *rows_product_chunked(tmp *tl, burnc_tensor_t *x, burnc_te
     if (!x || !y || x->view.rank != 2 || y->view.rank != 2 || x->dtype != y->dtype ||
         (x->dtype != BURNC_DTYPE_F32 && x->dtype != BURNC_DTYPE_F64))
         return NULL;
-    int64_t m = x->view.shape[0], c = m / ROW_CHUNK;
-    if (m % ROW_CHUNK != 0 || c < 2 || c > ROW_CHUNKS || y->view.shape[0] != m)
-        return NULL;
-    int64_t xs[3] = {c, ROW_CHUNK, x->view.shape[1]}, ys[3] = {c, ROW_CHUNK, y->view.shape[1]};
+    int64_t m = x->view.shape[0], c = m / ROW_CHUNK, pc = x->view.shape[1], qc = y->view.shape[1];
+    if (m % ROW_CHUNK != 0 || c < 2 || c > ROW_CHUNKS || y->view.shape[0] != m || c * pc * qc > m * (pc + qc))
+        return NULL; /* (the partials may take no more memory than the operands) */
+    int64_t xs[3] = {c, ROW_CHUNK, pc}, ys[3] = {c, ROW_CHUNK, qc};
     burnc_tensor_t *xc = tmp_add(tl, burnc_transpose(tmp_add(tl, burnc_reshape(x, 3, xs)), 1, 2));
     burnc_tensor_t *parts = tmp_add(tl, burnc_matmul(xc, tmp_add(tl, burnc_reshape(y, 3, ys))));
     burnc_tensor_t *sum = tmp_add(tl, burnc_slice(parts, 0, 0, 1, 1));
     for (int64_t i = 1; i < c; i++)
         sum = tmp_add(tl, burnc_add(sum, tmp_add(tl, burnc_slice(parts, 0, i, i + 1, 1))));
-    return burnc_reshape(sum, 2, (int64_t[]){x->view.shape[1], y->view.shape[1]});
+    return burnc_reshape(sum, 2, (int64_t[]){pc, qc});
 }
 
 /* x^T @ y laid out like `like` (matmul_like's rule), in row chunks where that applies. */
