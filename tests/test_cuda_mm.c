@@ -220,7 +220,8 @@ Test(cuda_mm, ptx_epilogue_bias_gelu)
 }
 
 /* The tile heuristic (no GPU): 128x128 (16x8 a thread; 8x8 where that is not valid, as for f64;
- * pipelined when both operands are read along k) where its blocks fill the SMs, or come
+ * pipelined when both operands are read along k, copied by cp.async when both are read along
+ * m/n) where its blocks fill the SMs, or come
  * within a few of it; 64x64 at 8x4 where that makes two blocks an SM (a 1024-wide layer's
  * weight gradient, 1024 x 1024 x 4096); then 64x128, 128x64, 64x64 at 4x4 where they fill the
  * SMs; and the small tile for a matrix of a few blocks. */
@@ -248,6 +249,10 @@ Test(cuda_mm, heuristic_fills_the_sms)
     cr_assert_eq(cuda_mm_heuristic(&cd, &p, valid), 2);
     p.m = 4096, p.a_ks = p.b_ks = 1; /* x @ W^T: both along k */
     cr_assert_eq(cuda_mm_heuristic(&cd, &p, valid), 8);
+    p = (cuda_mm_problem){.dt = BURNC_DTYPE_F32, .m = 1024, .n = 1024, .k = 1024, .batch = 4, .a_rs = 1, .b_cs = 1};
+    cr_assert_eq(cuda_mm_heuristic(&cd, &p, valid), 10); /* both along m/n: cp.async copies */
+    valid[10] = false;
+    cr_assert_eq(cuda_mm_heuristic(&cd, &p, valid), 7);
     valid[8] = false;
     cr_assert_eq(cuda_mm_heuristic(&cd, &p, valid), 7);
     valid[7] = false; /* 16x8 a thread is not valid for f64 */

@@ -14,14 +14,15 @@ static const char *const tile_names[CG_PTX_GEMM_N_TILES] = {
     CG_PTX_GEMM_TILES[0].name, CG_PTX_GEMM_TILES[1].name, CG_PTX_GEMM_TILES[2].name,
     CG_PTX_GEMM_TILES[3].name, CG_PTX_GEMM_TILES[4].name, CG_PTX_GEMM_TILES[5].name,
     CG_PTX_GEMM_TILES[6].name, CG_PTX_GEMM_TILES[7].name, CG_PTX_GEMM_TILES[8].name,
-    CG_PTX_GEMM_TILES[9].name,
+    CG_PTX_GEMM_TILES[9].name, CG_PTX_GEMM_TILES[10].name,
 };
 static at_family fam_matmul = {"cuda.matmul", CG_PTX_GEMM_N_TILES, tile_names};
 
 /* 128x128 tiles are the large-square choice, 16x8 a thread (128 fmas per 6 shared vector
  * loads; 46 TFLOP/s at 4096^3 on the H200, 210 us for 4096 x 1024 x 1024) before 8x8 (43,
  * 220 us), which f64 takes; pipelined where both operands are read along k (x @ W^T: 204
- * against 214 us; 198 in snake order). When they would leave SMs idle, smaller ones give more
+ * against 214 us; 198 in snake order), with cp.async copies where both are read along m/n
+ * (195 against 198-203 us for 4 x 1024^3). When they would leave SMs idle, smaller ones give more
  * blocks: 64x64 at 8x4, pipelined, where it makes two blocks an SM (1024 x 1024 x 4096, a
  * 1024-wide layer's weight gradient: 234 us against 252 for 64x128 and 270 for 64x64 at 4x4;
  * 214 with its operands copied by cp.async); a wave a few
@@ -31,11 +32,15 @@ int cuda_mm_heuristic(const cuda_device *cd, const cuda_mm_problem *p, const boo
 {
     static const struct {
         int tile, waves; /* waves: the blocks it needs, in SMs (0: any number) */
-    } order[CG_PTX_GEMM_N_TILES] = {{7, 1}, {0, 1}, {9, 2}, {3, 1}, {2, 1}, {4, 1}, {5, 0}, {1, 1}, {6, 1}, {8, 1}};
+    } order[CG_PTX_GEMM_N_TILES] = {{7, 1}, {0, 1}, {9, 2}, {3, 1}, {2, 1}, {4, 1}, {5, 0}, {1, 1}, {6, 1}, {8, 1}, {10, 1}};
     int sms = cd->sms > 0 ? cd->sms : 1;
-    bool along_k = p->a_ks == 1 && p->b_ks == 1;
+    bool along_k = p->a_ks == 1 && p->b_ks == 1, along_mn = p->a_rs == 1 && p->b_cs == 1;
     for (int i = 0; i < CG_PTX_GEMM_N_TILES; i++) {
-        int t = order[i].tile == 7 && along_k && valid[8] ? 8 : order[i].tile;
+        int t = order[i].tile;
+        if (t == 7 && along_k && valid[8])
+            t = 8;
+        else if (t == 7 && along_mn && valid[10])
+            t = 10;
         const cg_ptx_gemm_tile *x = &CG_PTX_GEMM_TILES[t];
         int64_t blocks = (p->m + x->bm - 1) / x->bm * ((p->n + x->bn - 1) / x->bn) * (p->batch > 0 ? p->batch : 1);
         if (valid[t] && blocks * 16 >= (int64_t)sms * 15 * order[i].waves)
