@@ -733,13 +733,15 @@ static bool shared_operand(const part *p, int gi, int x)
 static burnc_status_t sink_products(part *p)
 {
     fus_ctx *c = &p->c;
-    bool *kept = malloc((size_t)(c->n ? c->n : 1) * sizeof *kept);
-    p->sunk = calloc((size_t)(c->n ? c->n : 1), sizeof *p->sunk);
+    size_t n = (size_t)(c->n ? c->n : 1);
+    bool *kept = malloc(2 * n * sizeof *kept), *no_join = kept ? kept + n : NULL;
+    p->sunk = calloc(n, sizeof *p->sunk);
     if (!kept || !p->sunk) {
         free(kept);
         return BURNC_ERR_OUT_OF_MEMORY;
     }
     memcpy(kept, c->recomp, (size_t)c->n * sizeof *kept);
+    memcpy(no_join, p->no_join, (size_t)c->n * sizeof *no_join); /* the trial's splits are its own */
     bool any = false;
     for (int gi = 0; gi < p->n_groups; gi++)
         for (int i = 0; i < p->groups[gi].n_members && !p->groups[gi].opaque; i++)
@@ -755,6 +757,7 @@ static burnc_status_t sink_products(part *p)
         s = assign(p);
         if (s == BURNC_OK && full_store_bytes(p) >= before) {
             memcpy(c->recomp, kept, (size_t)c->n * sizeof *kept);
+            memcpy(p->no_join, no_join, (size_t)c->n * sizeof *no_join);
             memset(p->sunk, 0, (size_t)c->n * sizeof *p->sunk);
             free_groups(p);
             s = assign(p);
