@@ -453,6 +453,13 @@ static void end_weight_step(burnc_grads_t *g, burnc_tensor_t *w, burnc_device_t 
     burnc_device_release(plain);
 }
 
+/* n f32 values drawn in [-2, 2]. */
+static void draw_f32(uint64_t *st, float *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)draw(st, -2, 2);
+}
+
 /* x @ w^T (a Linear's weight kept [out, in]): the weight's gradient comes out dense, as the
  * optimizer reads it (no copy), and bitwise the product gy^T @ x it is: the matmul rule makes
  * it as (x^T @ gy)^T's transpose, the same chain over k with each product's factors swapped. */
@@ -463,12 +470,9 @@ Test(autodiff, transposed_weight_gradient_dense_and_exact)
     enum { B = 37, I = 19, O = 11 };
     static float xv[B * I], wv[O * I], rv[B * O], got[O * I], want[O * I];
     uint64_t st = 7;
-    for (int i = 0; i < B * I; i++)
-        xv[i] = (float)draw(&st, -2, 2);
-    for (int i = 0; i < O * I; i++)
-        wv[i] = (float)draw(&st, -2, 2);
-    for (int i = 0; i < B * O; i++)
-        rv[i] = (float)draw(&st, -2, 2);
+    draw_f32(&st, xv, B * I);
+    draw_f32(&st, wv, O * I);
+    draw_f32(&st, rv, B * O);
     burnc_scope_begin();
     burnc_tensor_t *x = bt_f32(dev, 2, (int64_t[]){B, I}, xv), *r = bt_f32(dev, 2, (int64_t[]){B, O}, rv);
     burnc_tensor_t *w = burnc_tensor_keep(burnc_tensor_require_grad(bt_f32(dev, 2, (int64_t[]){O, I}, wv)));
@@ -501,12 +505,9 @@ static void check_chunked_weight_gradient(int64_t batch, bool wt)
     enum { I = 5, O = 4, MAXB = 3072 };
     static float xv[MAXB * I], wv[O * I], rv[MAXB * O], got[O * I], chunked[O * I], whole[O * I];
     uint64_t st = 11;
-    for (int i = 0; i < batch * I; i++)
-        xv[i] = (float)draw(&st, -2, 2);
-    for (int i = 0; i < O * I; i++)
-        wv[i] = (float)draw(&st, -2, 2);
-    for (int i = 0; i < batch * O; i++)
-        rv[i] = (float)draw(&st, -2, 2);
+    draw_f32(&st, xv, batch * I);
+    draw_f32(&st, wv, O * I);
+    draw_f32(&st, rv, batch * O);
     burnc_scope_begin();
     burnc_tensor_t *x = bt_f32(dev, 2, (int64_t[]){batch, I}, xv), *r = bt_f32(dev, 2, (int64_t[]){batch, O}, rv);
     int64_t ws[2] = {wt ? O : I, wt ? I : O};
